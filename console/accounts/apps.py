@@ -1,0 +1,17 @@
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+def _ensure_roles(sender, **kwargs) -> None:
+    from console.accounts.services import ensure_roles
+
+    ensure_roles()
+
+
+class AccountsConfig(AppConfig):
+    name = "console.accounts"
+    label = "accounts"
+    verbose_name = "Accounts, tokens and audit"
+
+    def ready(self) -> None:
+        post_migrate.connect(_ensure_roles, sender=self)

@@ -1,0 +1,132 @@
+"""The one NinjaAPI (`/api/v1`): authentication, authorization by method, error mapping.
+
+Authorization rule, applied to every route in one place: a signed-in viewer may read
+(GET/HEAD/OPTIONS); anything else needs the operator role and, through a token, a
+write-scoped one. Routes that need more (admin) check it in their service.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, ValidationError
+from ninja.errors import HttpError as NinjaHttpError
+from ninja.security import APIKeyCookie, HttpBearer
+
+from console.accounts.models import Role
+from console.accounts.services import (
+    actor_from_request,
+    authenticate_token,
+    check_role,
+    check_write,
+)
+from console.errors import DomainError
+
+SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+
+
+def _authorize(request) -> None:
+    actor = actor_from_request(request)
+    check_role(actor, Role.VIEWER)
+    if request.method not in SAFE_METHODS:
+        check_role(actor, Role.OPERATOR)
+        check_write(actor)
+
+
+class TokenAuth(HttpBearer):
+    """`Authorization: Bearer npc_…` with an active API token."""
+
+    def authenticate(self, request, token: str):
+        api_token = authenticate_token(token)
+        if api_token is None:
+            return None
+        request.user = api_token.user
+        request.api_token = api_token
+        _authorize(request)
+        return api_token
+
+
+class SessionAuth(APIKeyCookie):
+    """The browser's session cookie (CSRF-checked for writes, as in django-ninja's own)."""
+
+    param_name = "sessionid"
+
+    def authenticate(self, request, key):
+        if not request.user.is_authenticated:
+            return None
+        _authorize(request)
+        return request.user
+
+
+api = NinjaAPI(
+    title="NPU Console API",
+    version="1",
+    description="Nodes, NPUs, deployments and diagnosis for vLLM on Ascend.",
+    auth=[TokenAuth(), SessionAuth(csrf=True)],
+    urls_namespace="api",
+    docs_url="/docs",
+    docs_decorator=login_required,
+)
+
+
+def _error(request, status: int, message: str, field: str | None = None, errors=None):
+    body = {"message": message, "field": field}
+    if errors is not None:
+        body["errors"] = errors
+    return api.create_response(request, body, status=status)
+
+
+def _field(loc) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in {"body", "query", "path", "header", "cookie", "form"}:
+        parts = parts[1:]
+    if parts and parts[0] == "payload":
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+@api.exception_handler(ValidationError)
+def on_validation(request, exc: ValidationError):
+    errors = [
+        {"field": _field(e.get("loc", ())), "message": e.get("msg", "invalid")} for e in exc.errors
+    ]
+    first = errors[0] if errors else {"field": "body", "message": "invalid input"}
+    return _error(request, 422, f"{first['field']}: {first['message']}", first["field"], errors)
+
+
+@api.exception_handler(DomainError)
+def on_domain_error(request, exc: DomainError):
+    return _error(request, exc.status, exc.message, exc.field)
+
+
+@api.exception_handler(AuthenticationError)
+def on_unauthenticated(request, exc):
+    return _error(request, 401, "authentication required: a session or an active API token")
+
+
+@api.exception_handler(PermissionDenied)
+def on_denied(request, exc):
+    return _error(request, 403, str(exc) or "forbidden")
+
+
+@api.exception_handler(Http404)
+def on_not_found(request, exc):
+    return _error(request, 404, str(exc) or "not found")
+
+
+@api.exception_handler(NinjaHttpError)
+def on_http_error(request, exc: NinjaHttpError):
+    return _error(request, exc.status_code, str(exc.message))
+
+
+def _mount_routers() -> None:
+    from console.accounts.api import router as accounts_router
+    from console.inventory.api import router as inventory_router
+
+    api.add_router("/", inventory_router)
+    api.add_router("/", accounts_router)
+
+
+_mount_routers()

@@ -1,0 +1,122 @@
+"""REST routes for nodes and accelerators: thin adapters over services."""
+
+from typing import Literal
+
+from django.db.models import Count
+from django.db.models.fields.json import KeyTransform
+from ninja import Query, Router, Schema
+from ninja.pagination import LimitOffsetPagination, paginate
+
+from console.accounts.services import actor_from_request
+from console.inventory import services
+from console.inventory.models import Accelerator, Health, Node, NodeStatus
+from console.inventory.schemas import (
+    AcceleratorOut,
+    IsolationIn,
+    LabelsIn,
+    NodeDetailOut,
+    NodeOut,
+    NodeStateIn,
+    ReleaseIn,
+)
+
+router = Router(tags=["inventory"])
+
+
+class NodeFilters(Schema):
+    status: Literal["online", "offline", "draining", "maintenance"] | None = None
+    arch: str | None = None
+    simulated: bool | None = None
+    q: str | None = None
+    label: str | None = None  # key=value or key
+
+
+class AcceleratorFilters(Schema):
+    node: str | None = None
+    health: Literal["OK", "Warning", "Alarm", "Critical", "UNKNOWN"] | None = None
+    model: str | None = None
+    isolated: bool | None = None
+
+
+def filter_nodes(qs, f: NodeFilters):
+    if f.status:
+        qs = qs.filter(status=NodeStatus(f.status))
+    if f.arch:
+        qs = qs.filter(arch=f.arch)
+    if f.simulated is not None:
+        qs = qs.filter(simulated=f.simulated)
+    if f.q:
+        qs = qs.filter(name__icontains=f.q) | qs.filter(hostname__icontains=f.q)
+    if f.label:
+        key, _, value = f.label.partition("=")
+        qs = qs.filter(labels__has_key=key)
+        if value:
+            # KeyTransform takes the key verbatim (JSON compare): label keys may contain dots and slashes.
+            qs = qs.annotate(_label=KeyTransform(key, "labels")).filter(_label=value)
+    return qs
+
+
+@router.get("/nodes", response=list[NodeOut])
+@paginate(LimitOffsetPagination)
+def list_nodes(request, filters: Query[NodeFilters]):
+    qs = Node.objects.annotate(accelerator_count=Count("accelerators"))
+    return filter_nodes(qs, filters).order_by("name")
+
+
+@router.get("/nodes/{name}", response=NodeDetailOut)
+def get_node(request, name: str):
+    return services.get_node(name)
+
+
+@router.put("/nodes/{name}/labels", response=NodeOut)
+def set_labels(request, name: str, payload: LabelsIn):
+    return services.set_node_labels(
+        actor=actor_from_request(request), name=name, labels=payload.labels
+    )
+
+
+@router.post("/nodes/{name}/state", response=NodeOut)
+def set_state(request, name: str, payload: NodeStateIn):
+    return services.set_node_state(
+        actor=actor_from_request(request), name=name, action=payload.action, reason=payload.reason
+    )
+
+
+@router.get("/accelerators", response=list[AcceleratorOut])
+@paginate(LimitOffsetPagination)
+def list_accelerators(request, filters: Query[AcceleratorFilters]):
+    qs = Accelerator.objects.select_related("node")
+    if filters.node:
+        qs = qs.filter(node__name=filters.node)
+    if filters.health:
+        qs = qs.filter(health=Health(filters.health))
+    if filters.model:
+        qs = qs.filter(model_name__iexact=filters.model)
+    if filters.isolated is not None:
+        qs = qs.filter(isolated=filters.isolated)
+    return qs
+
+
+@router.get("/accelerators/{accelerator_id}", response=AcceleratorOut)
+def get_accelerator(request, accelerator_id: int):
+    return services.get_accelerator(accelerator_id)
+
+
+@router.post("/accelerators/{accelerator_id}/isolate", response=AcceleratorOut)
+def isolate(request, accelerator_id: int, payload: IsolationIn):
+    return services.set_isolation(
+        actor=actor_from_request(request),
+        accelerator_id=accelerator_id,
+        isolated=True,
+        reason=payload.reason,
+    )
+
+
+@router.post("/accelerators/{accelerator_id}/release", response=AcceleratorOut)
+def release(request, accelerator_id: int, payload: ReleaseIn):
+    return services.set_isolation(
+        actor=actor_from_request(request),
+        accelerator_id=accelerator_id,
+        isolated=False,
+        reason=payload.reason,
+    )

@@ -1,0 +1,130 @@
+"""Nodes (Ascend hosts) and their accelerators (NPU chips)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class NodeStatus(models.TextChoices):
+    ONLINE = "online", "Online"
+    OFFLINE = "offline", "Offline"
+    DRAINING = "draining", "Draining"
+    MAINTENANCE = "maintenance", "Maintenance"
+
+
+class AdminState(models.TextChoices):
+    """What an operator asked for; `status` shows it while the node is reachable."""
+
+    ACTIVE = "active", "Active"
+    DRAINING = "draining", "Draining"
+    MAINTENANCE = "maintenance", "Maintenance"
+
+
+# The one table of allowed status transitions (from -> allowed targets).
+NODE_TRANSITIONS: dict[str, set[str]] = {
+    NodeStatus.ONLINE: {NodeStatus.OFFLINE, NodeStatus.DRAINING, NodeStatus.MAINTENANCE},
+    NodeStatus.DRAINING: {NodeStatus.ONLINE, NodeStatus.OFFLINE, NodeStatus.MAINTENANCE},
+    NodeStatus.MAINTENANCE: {NodeStatus.ONLINE, NodeStatus.OFFLINE, NodeStatus.DRAINING},
+    NodeStatus.OFFLINE: {NodeStatus.ONLINE, NodeStatus.DRAINING, NodeStatus.MAINTENANCE},
+}
+
+
+class Node(models.Model):
+    """An Ascend (or other) host running a host agent. Kunpeng 920 hosts are aarch64."""
+
+    name = models.SlugField(max_length=63, unique=True, help_text="agent queue is host.<name>")
+    hostname = models.CharField(max_length=253)
+    address = models.CharField(max_length=253, blank=True)
+    arch = models.CharField(max_length=32, blank=True, help_text="uname -m: aarch64, x86_64…")
+    cpu_model = models.CharField(max_length=200, blank=True)
+    cpu_cores = models.PositiveIntegerField(null=True, blank=True)
+    memory_mb = models.PositiveBigIntegerField(null=True, blank=True)
+    os = models.CharField(max_length=200, blank=True)
+    kernel = models.CharField(max_length=100, blank=True)
+    npu_driver_version = models.CharField(max_length=64, blank=True)
+    npu_firmware_version = models.CharField(max_length=64, blank=True)
+    cann_version = models.CharField(max_length=64, blank=True)
+    npu_smi_version = models.CharField(max_length=64, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=NodeStatus.choices, default=NodeStatus.OFFLINE)
+    admin_state = models.CharField(
+        max_length=16, choices=AdminState.choices, default=AdminState.ACTIVE
+    )
+    status_reason = models.CharField(max_length=300, blank=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    agent_version = models.CharField(max_length=32, blank=True)
+    simulated = models.BooleanField(
+        default=False, help_text="telemetry replayed from captured samples"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["status"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def queue(self) -> str:
+        return f"host.{self.name}"
+
+    @property
+    def schedulable(self) -> bool:
+        return self.status == NodeStatus.ONLINE
+
+
+class Health(models.TextChoices):
+    """npu-smi health words; the most severe wins. UNKNOWN = absent or not started."""
+
+    OK = "OK", "OK"
+    WARNING = "Warning", "Warning"
+    ALARM = "Alarm", "Alarm"
+    CRITICAL = "Critical", "Critical"
+    UNKNOWN = "UNKNOWN", "Unknown"
+
+
+class Accelerator(models.Model):
+    """One NPU chip (a die): 910B cards have one per NPU id, 300I Duo and A3 have two."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="accelerators")
+    npu_id = models.PositiveIntegerField(
+        help_text="npu-smi NPU id (not contiguous, not /dev index)"
+    )
+    chip_id = models.PositiveIntegerField(default=0)
+    logic_id = models.PositiveIntegerField(
+        null=True, blank=True, help_text="ASCEND_RT_VISIBLE_DEVICES id"
+    )
+    phy_id = models.PositiveIntegerField(null=True, blank=True)
+    vendor = models.CharField(max_length=32, default="huawei")
+    model_name = models.CharField(max_length=64, blank=True, help_text="910B3, 310P3, Ascend910…")
+    hbm_total_mb = models.PositiveIntegerField(null=True, blank=True)
+    memory_total_mb = models.PositiveIntegerField(null=True, blank=True)
+    health = models.CharField(max_length=16, choices=Health.choices, default=Health.UNKNOWN)
+    bus_id = models.CharField(max_length=32, blank=True)
+    serial = models.CharField(max_length=64, blank=True)
+    die_id = models.CharField(max_length=128, blank=True)
+    isolated = models.BooleanField(default=False)
+    isolation_reason = models.CharField(max_length=300, blank=True)
+    isolated_at = models.DateTimeField(null=True, blank=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node__name", "npu_id", "chip_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "npu_id", "chip_id"], name="uniq_chip_per_node"
+            ),
+            models.CheckConstraint(
+                condition=Q(isolated=False) | ~Q(isolation_reason=""), name="isolation_has_reason"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/npu{self.npu_id}.{self.chip_id}"
+
+    @property
+    def healthy(self) -> bool:
+        return self.health == Health.OK

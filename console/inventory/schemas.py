@@ -1,0 +1,82 @@
+"""API shapes for nodes and accelerators; fields listed explicitly."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from ninja import Field, Schema
+
+
+class AcceleratorOut(Schema):
+    id: int
+    node: str = Field(..., alias="node.name")
+    npu_id: int
+    chip_id: int
+    logic_id: int | None
+    phy_id: int | None
+    vendor: str
+    model_name: str
+    hbm_total_mb: int | None
+    memory_total_mb: int | None
+    health: str
+    bus_id: str
+    serial: str
+    die_id: str
+    isolated: bool
+    isolation_reason: str
+    isolated_at: datetime | None
+    last_seen: datetime | None
+
+
+class NodeOut(Schema):
+    id: int
+    name: str
+    hostname: str
+    address: str
+    arch: str
+    cpu_model: str
+    cpu_cores: int | None
+    memory_mb: int | None
+    os: str
+    npu_driver_version: str
+    npu_firmware_version: str
+    cann_version: str
+    labels: dict[str, str]
+    status: str
+    admin_state: str
+    status_reason: str
+    last_heartbeat: datetime | None
+    agent_version: str
+    simulated: bool
+    accelerator_count: int
+
+    @staticmethod
+    def resolve_accelerator_count(obj) -> int:
+        annotated = getattr(obj, "accelerator_count", None)
+        return annotated if annotated is not None else obj.accelerators.count()
+
+
+class NodeDetailOut(NodeOut):
+    accelerators: list[AcceleratorOut]
+
+    @staticmethod
+    def resolve_accelerators(obj) -> list:
+        return list(obj.accelerators.select_related("node"))
+
+
+class LabelsIn(Schema):
+    labels: dict[str, str] = Field(..., description="replaces all labels; {} clears them")
+
+
+class NodeStateIn(Schema):
+    action: Literal["drain", "maintenance", "activate"]
+    reason: str = Field("", max_length=300)
+
+
+class IsolationIn(Schema):
+    reason: str = Field(..., min_length=1, max_length=300)
+
+
+class ReleaseIn(Schema):
+    reason: str = Field(..., min_length=1, max_length=300, description="why it is safe again")

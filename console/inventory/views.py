@@ -1,0 +1,122 @@
+"""Inventory pages: dashboard, node list, node detail and their htmx actions."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.db.models import Count, Q
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from console.accounts.decorators import role_required
+from console.accounts.models import AuditEntry
+from console.accounts.services import actor_from_request
+from console.errors import DomainError
+from console.inventory import services
+from console.inventory.api import NodeFilters, filter_nodes
+from console.inventory.models import Accelerator, Health, Node, NodeStatus
+
+
+def fleet_counts() -> dict:
+    """Fleet totals for the dashboard, in two queries whatever the fleet's size."""
+    nodes = Node.objects.aggregate(
+        total=Count("id"),
+        **{s.value: Count("id", filter=Q(status=s)) for s in NodeStatus},
+        simulated=Count("id", filter=Q(simulated=True)),
+    )
+    npus = Accelerator.objects.aggregate(
+        total=Count("id"),
+        healthy=Count("id", filter=Q(health=Health.OK)),
+        unhealthy=Count("id", filter=~Q(health__in=[Health.OK, Health.UNKNOWN])),
+        unknown=Count("id", filter=Q(health=Health.UNKNOWN)),
+        isolated=Count("id", filter=Q(isolated=True)),
+    )
+    return {"nodes": nodes, "npus": npus}
+
+
+@role_required("viewer")
+def dashboard(request):
+    context = {"counts": fleet_counts(), "recent": AuditEntry.objects.all()[:10]}
+    template = "inventory/dashboard.html#counts" if request.htmx else "inventory/dashboard.html"
+    return render(request, template, context)
+
+
+@role_required("viewer")
+def node_list(request):
+    filters = (
+        NodeFilters(
+            status=request.GET.get("status") or None,
+            q=request.GET.get("q") or None,
+            label=request.GET.get("label") or None,
+        )
+        if request.GET.get("status", "") in {"", *NodeStatus.values}
+        else NodeFilters()
+    )
+    nodes = filter_nodes(Node.objects.annotate(npu_count=Count("accelerators")), filters)
+    context = {"nodes": nodes.order_by("name"), "filters": filters, "statuses": NodeStatus.choices}
+    template = "inventory/nodes.html#rows" if request.htmx else "inventory/nodes.html"
+    return render(request, template, context)
+
+
+@role_required("viewer")
+def node_detail(request, name: str):
+    node = get_object_or_404(Node, name=name)
+    context = {
+        "node": node,
+        "accelerators": node.accelerators.all(),
+        "events": AuditEntry.objects.filter(object_type="inventory.node", object_id=str(node.pk))[
+            :20
+        ],
+    }
+    template = "inventory/node_detail.html#live" if request.htmx else "inventory/node_detail.html"
+    return render(request, template, context)
+
+
+def _run(request, fn, ok_message: str, **kwargs) -> None:
+    try:
+        fn(actor=actor_from_request(request), **kwargs)
+        messages.success(request, ok_message)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+
+
+@require_POST
+@role_required("operator")
+def node_state(request, name: str):
+    action = request.POST.get("action", "")
+    _run(
+        request,
+        services.set_node_state,
+        f"{name}: {action} done",
+        name=name,
+        action=action,
+        reason=request.POST.get("reason", ""),
+    )
+    return redirect("node-detail", name=name)
+
+
+@require_POST
+@role_required("operator")
+def node_labels(request, name: str):
+    labels = {}
+    for line in request.POST.get("labels", "").splitlines():
+        if line.strip():
+            key, _, value = line.partition("=")
+            labels[key.strip()] = value.strip()
+    _run(request, services.set_node_labels, "labels saved", name=name, labels=labels)
+    return redirect("node-detail", name=name)
+
+
+@require_POST
+@role_required("operator")
+def accelerator_isolation(request, accelerator_id: int):
+    acc = get_object_or_404(Accelerator.objects.select_related("node"), pk=accelerator_id)
+    isolate = request.POST.get("isolate") == "1"
+    _run(
+        request,
+        services.set_isolation,
+        f"{acc}: {'isolated' if isolate else 'released'}",
+        accelerator_id=acc.pk,
+        isolated=isolate,
+        reason=request.POST.get("reason", ""),
+    )
+    return redirect("node-detail", name=acc.node.name)

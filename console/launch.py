@@ -1,0 +1,150 @@
+"""`python -m console.launch`: the whole console on one machine, for `make run`.
+
+Migrates, creates the first admin when there is no user, starts the embedded Redis when
+REDIS_URL is unset, then the web server, the console's Celery worker and beat, and a host agent
+for this machine — each in its own process group. Ctrl-C (or SIGTERM) stops them all: SIGTERM,
+then SIGKILL after a grace period, Redis last, so no process is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from console.boot import setup_django
+
+GRACE_S = 10.0
+
+
+def _children(args: argparse.Namespace) -> dict[str, list[str]]:
+    py = sys.executable
+    return {
+        "web": [
+            py,
+            "-m",
+            "uvicorn",
+            "console.asgi:application",
+            "--host",
+            args.host,
+            "--port",
+            str(args.port),
+            "--no-access-log",
+        ],
+        "worker": [
+            py,
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "worker",
+            "-Q",
+            "console",
+            "--concurrency",
+            "2",
+            "-n",
+            "console@%h",
+            "-l",
+            "info",
+        ],
+        "beat": [
+            py,
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "beat",
+            "-l",
+            "info",
+            "-s",
+            str(args.var_dir / "celerybeat-schedule"),
+        ],
+        "agent": [py, "-m", "workers", "agent"],
+    }
+
+
+def _stop_all(procs: dict[str, subprocess.Popen]) -> None:
+    for proc in procs.values():
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + GRACE_S
+    for name, proc in procs.items():
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(f"[launch] {name} ignored SIGTERM; killing", flush=True)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def main() -> int:
+    setup_django()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from console import embedded_redis
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default=os.environ.get("NPU_CONSOLE_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("NPU_CONSOLE_PORT", "8000")))
+    parser.add_argument("--no-agent", action="store_true", help="do not start a local host agent")
+    args = parser.parse_args()
+    args.var_dir = settings.VAR_DIR
+
+    call_command("migrate", interactive=False, verbosity=0)
+    call_command("ensure_admin")
+
+    stopping = False
+
+    def on_signal(signum, frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    redis_proc = None
+    env = dict(os.environ)
+    if settings.EMBEDDED_REDIS:
+        redis_proc = embedded_redis.start(
+            settings.EMBEDDED_REDIS_SOCKET, settings.VAR_DIR / "redis"
+        )
+        print(f"[launch] embedded Redis on {settings.EMBEDDED_REDIS_SOCKET}", flush=True)
+    env.setdefault("NPU_AGENT_BROKER_URL", settings.CELERY_BROKER_URL)
+
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for name, argv in _children(args).items():
+            if name == "agent" and args.no_agent:
+                continue
+            procs[name] = subprocess.Popen(argv, env=env, start_new_session=True)
+        print(
+            f"[launch] console on http://{args.host}:{args.port}/  (Ctrl-C stops everything)",
+            flush=True,
+        )
+        while not stopping:
+            dead = [n for n, p in procs.items() if p.poll() is not None]
+            if dead:
+                print(f"[launch] {', '.join(dead)} exited; stopping the rest", flush=True)
+                return_code = 1
+                break
+            time.sleep(0.2)
+        else:
+            return_code = 0
+    finally:
+        print("[launch] stopping…", flush=True)
+        _stop_all(procs)
+        if redis_proc is not None:
+            embedded_redis.stop(redis_proc)
+        print("[launch] stopped", flush=True)
+    return return_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,13 @@
+from django.contrib import admin
+from django.urls import include, path
+from django.views.generic import RedirectView
+
+from console.api import api
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/docs", RedirectView.as_view(url="/api/v1/docs", permanent=False)),
+    path("api/v1/", api.urls),
+    path("", include("console.accounts.urls")),
+    path("", include("console.inventory.urls")),
+]

@@ -1,0 +1,159 @@
+"""Shared fixtures: real Redis (embedded or REDIS_URL), real Celery workers, users by role."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import client_for, make_user, wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """REDIS_URL when set (CI's real Redis), else an embedded Redis on a private unix socket."""
+    from django.conf import settings
+
+    from console import embedded_redis
+
+    url = os.environ.get("REDIS_URL")
+    proc = tmp = None
+    if not url:
+        tmp = Path(tempfile.mkdtemp(prefix="npc-redis-"))  # short path: unix sockets max 107 chars
+        sock = tmp / "redis.sock"
+        proc = embedded_redis.start(sock, tmp)
+        url = f"unix://{sock}"
+    broker = url.replace("unix://", "redis+socket://", 1)
+    settings.REDIS_URL = url
+    settings.CELERY_BROKER_URL = settings.CELERY_RESULT_BACKEND = broker
+    from console.celery import app
+
+    app.conf.broker_url = app.conf.result_backend = broker
+    yield url
+    if proc is not None:
+        embedded_redis.stop(proc)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def database_url() -> str:
+    """A URL for the test database, for worker processes started by tests."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    host = s.get("HOST") or "127.0.0.1"
+    auth = s.get("USER") or "postgres"
+    if s.get("PASSWORD"):
+        auth += f":{s['PASSWORD']}"
+    return f"postgres://{auth}@{host}:{s.get('PORT') or 5432}/{s['NAME']}"
+
+
+def child_env(redis_url: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(REDIS_URL=redis_url, DATABASE_URL=database_url(), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+class Proc:
+    """A child process in its own process group, its output kept in a file for failures."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self._fh = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.popen = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=REPO,
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, timeout: float = 15) -> None:
+        if self.popen.poll() is None:
+            os.killpg(self.popen.pid, 15)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, 9)
+                self.popen.wait()
+        self._fh.close()
+
+
+@pytest.fixture
+def console_worker(redis_url, transactional_db, tmp_path):
+    """A real console Celery worker process on queue `console`, sharing the test database."""
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "console",
+        "worker",
+        "-Q",
+        "console",
+        "-P",
+        "solo",
+        "-n",
+        f"console-test-{os.getpid()}@%h",
+        "-l",
+        "info",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    proc = Proc(argv, child_env(redis_url), tmp_path / "console-worker.log")
+    from console.celery import app
+
+    def answers():
+        if proc.popen.poll() is not None:
+            raise AssertionError(f"console worker exited:\n{proc.output()}")
+        try:
+            return app.send_task("console.ping", args=["ready"], queue="console").get(timeout=2)
+        except Exception:  # noqa: BLE001 - not ready yet
+            return None
+
+    wait_for(answers, 60, message="the console worker to answer")
+    yield proc
+    proc.stop()
+
+
+# --- users ------------------------------------------------------------------------------------
+@pytest.fixture
+def viewer(db):
+    return make_user("vera", "viewer")
+
+
+@pytest.fixture
+def operator(db):
+    return make_user("otto", "operator")
+
+
+@pytest.fixture
+def admin_user(db):
+    return make_user("ada", "admin")
+
+
+@pytest.fixture
+def viewer_client(viewer):
+    return client_for(viewer)
+
+
+@pytest.fixture
+def operator_client(operator):
+    return client_for(operator)
+
+
+@pytest.fixture
+def admin_client_(admin_user):
+    return client_for(admin_user)

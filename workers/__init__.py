@@ -1,0 +1,1 @@
+"""NPU Console host agent: runs on each accelerator host; never imports Django."""

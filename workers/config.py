@@ -1,0 +1,71 @@
+"""The host agent's own small configuration, from NPU_AGENT_* environment variables."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def default_node_name() -> str:
+    """The hostname as a DNS label: lowercase, [a-z0-9-], at most 63 characters."""
+    name = re.sub(r"[^a-z0-9-]+", "-", socket.gethostname().split(".")[0].lower()).strip("-")
+    return (name or "node")[:63].strip("-")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node_name: str
+    broker_url: str
+    enroll_token: str
+    heartbeat_s: float = 5.0
+    providers: tuple[str, ...] = ("ascend", "nvidia")
+    npu_smi: str = "npu-smi"
+    npu_smi_timeout_s: float = 10.0
+    state_dir: Path = field(default_factory=lambda: Path.home() / ".npu-agent")
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
+        env = dict(os.environ if env is None else env)
+        broker = env.get("NPU_AGENT_BROKER_URL") or env.get("REDIS_URL", "")
+        if not broker:
+            raise ConfigError(
+                "NPU_AGENT_BROKER_URL: not set (the console's Redis, e.g. redis://host:6379/0)"
+            )
+        broker = broker.replace("unix://", "redis+socket://", 1)
+        name = env.get("NPU_AGENT_NODE_NAME") or default_node_name()
+        if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", name):
+            raise ConfigError(f"NPU_AGENT_NODE_NAME: {name!r} is not a DNS label ([a-z0-9-], 1-63)")
+        try:
+            heartbeat = float(env.get("NPU_AGENT_HEARTBEAT_S", "5"))
+            timeout = float(env.get("NPU_SMI_TIMEOUT_S", "10"))
+        except ValueError as exc:
+            raise ConfigError(f"NPU_AGENT_HEARTBEAT_S / NPU_SMI_TIMEOUT_S: {exc}") from None
+        if heartbeat <= 0:
+            raise ConfigError("NPU_AGENT_HEARTBEAT_S: must be > 0")
+        providers = tuple(
+            p.strip()
+            for p in env.get("NPU_AGENT_PROVIDERS", "ascend,nvidia").split(",")
+            if p.strip()
+        )
+        unknown = set(providers) - {"ascend", "nvidia", "simulated"}
+        if unknown:
+            raise ConfigError(
+                f"NPU_AGENT_PROVIDERS: unknown provider(s) {', '.join(sorted(unknown))}"
+            )
+        return cls(
+            node_name=name,
+            broker_url=broker,
+            enroll_token=env.get("NPU_AGENT_ENROLL_TOKEN", ""),
+            heartbeat_s=heartbeat,
+            providers=providers,
+            npu_smi=env.get("NPU_SMI_PATH", "npu-smi"),
+            npu_smi_timeout_s=timeout,
+            state_dir=Path(env.get("NPU_AGENT_STATE_DIR") or Path.home() / ".npu-agent"),
+        )
