@@ -110,7 +110,9 @@ def test_isolate_needs_a_reason_and_release_clears_it(operator_client):
     )
     assert ok.json()["isolated"] is True
     assert Accelerator.objects.get(pk=acc.pk).isolation_reason == "ECC errors"
-    operator_client.post(f"{url}/release", {"reason": "card replaced"}, content_type="application/json")
+    operator_client.post(
+        f"{url}/release", {"reason": "card replaced"}, content_type="application/json"
+    )
     assert Accelerator.objects.get(pk=acc.pk).isolated is False
     assert list(
         AuditEntry.objects.filter(object_type="inventory.accelerator").values_list(

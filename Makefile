@@ -1,0 +1,34 @@
+# NPU Console — every set-up step lives here; .ci/run calls these targets.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: run test lint format install clean
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit("NPU Console needs Python 3.11+") if sys.version_info < (3, 11) else None'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	@touch $@
+
+install: $(VENV)/.installed
+
+## run: the whole console on this machine (SQLite + embedded Redis unless DATABASE_URL/REDIS_URL)
+run: install
+	$(PY) -m console.launch
+
+## test: the whole suite (embedded defaults unless DATABASE_URL/REDIS_URL are set)
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) var/test-console.sqlite3

@@ -1,0 +1,51 @@
+"""Inventory pages render real data and their actions change the database."""
+
+from __future__ import annotations
+
+from console.inventory.models import Accelerator, Node
+from tests.factories import make_node
+
+
+def test_dashboard_shows_real_counts(viewer_client):
+    make_node("n1", npus=8)
+    make_node("n2", status="offline", npus=2)
+    Accelerator.objects.filter(node__name="n1", npu_id=3).update(health="Alarm")
+    resp = viewer_client.get("/")
+    counts = resp.context["counts"]
+    assert counts["nodes"]["total"] == 2 and counts["nodes"]["offline"] == 1
+    assert counts["npus"]["total"] == 10 and counts["npus"]["unhealthy"] == 1
+
+
+def test_dashboard_htmx_request_gets_only_the_counts_partial(viewer_client):
+    make_node("n1")
+    resp = viewer_client.get("/", HTTP_HX_REQUEST="true")
+    body = resp.content.decode()
+    assert 'id="counts"' in body and "<html" not in body
+
+
+def test_node_list_filters_and_htmx_rows(viewer_client):
+    make_node("alpha")
+    make_node("beta", status="offline")
+    body = viewer_client.get("/nodes/?status=offline", HTTP_HX_REQUEST="true").content.decode()
+    assert "beta" in body and "alpha" not in body and "<html" not in body
+    assert "No node matches" in viewer_client.get("/nodes/?q=zzz").content.decode()
+
+
+def test_node_detail_and_isolation_from_the_page(operator_client):
+    node = make_node("n1", npus=2)
+    assert "910B3" in operator_client.get("/nodes/n1/").content.decode()
+    acc = node.accelerators.first()
+    operator_client.post(f"/accelerators/{acc.pk}/isolation", {"isolate": "1", "reason": "HBM ECC"})
+    assert Accelerator.objects.get(pk=acc.pk).isolated
+    operator_client.post("/nodes/n1/labels", {"labels": "zone=z1\nrack=r7"})
+    assert Node.objects.get(name="n1").labels == {"rack": "r7", "zone": "z1"}
+
+
+def test_page_action_with_bad_input_shows_the_reason(operator_client):
+    node = make_node("n1", npus=1)
+    acc = node.accelerators.get()
+    resp = operator_client.post(
+        f"/accelerators/{acc.pk}/isolation", {"isolate": "1", "reason": ""}, follow=True
+    )
+    assert "needs a reason" in resp.content.decode()
+    assert not Accelerator.objects.get(pk=acc.pk).isolated
