@@ -61,6 +61,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BEAT_SCHEDULE = {
+    "mark-offline": {"task": "inventory.mark_offline", "schedule": 5.0},
+    "flush-samples": {"task": "telemetry.flush_samples", "schedule": 5.0},
+    "rollup": {"task": "telemetry.rollup", "schedule": 60.0},
+    "purge": {"task": "telemetry.purge", "schedule": 3600.0},
+}
 
 # --- application ----------------------------------------------------------------------------
 INSTALLED_APPS = [
@@ -75,6 +81,7 @@ INSTALLED_APPS = [
     "ninja",
     "console.accounts",
     "console.inventory",
+    "console.telemetry",
 ]
 
 MIDDLEWARE = [
@@ -146,6 +153,9 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # --- console behaviour ----------------------------------------------------------------------
 HEARTBEAT_INTERVAL_S = env.get_int("HEARTBEAT_INTERVAL_S", 5, minimum=1)
+OFFLINE_AFTER_MISSED_BEATS = 3
+TELEMETRY_RAW_RETENTION_H = env.get_int("TELEMETRY_RAW_RETENTION_H", 24, minimum=1)
+TELEMETRY_ROLLUP_RETENTION_D = env.get_int("TELEMETRY_ROLLUP_RETENTION_D", 30, minimum=1)
 API_PAGE_SIZE_MAX = 500
 NINJA_PAGINATION_MAX_LIMIT = 500
 NINJA_PAGINATION_PER_PAGE = 50

@@ -7,11 +7,23 @@ from django.db.models.fields.json import KeyTransform
 from ninja import Query, Router, Schema
 from ninja.pagination import LimitOffsetPagination, paginate
 
-from console.accounts.services import actor_from_request
-from console.inventory import services
-from console.inventory.models import Accelerator, Health, Node, NodeStatus
+from console.accounts.models import Role
+from console.accounts.services import actor_from_request, check_role
+from console.inventory import checks, enrollment, services
+from console.inventory.models import (
+    Accelerator,
+    EnrollmentToken,
+    Health,
+    Node,
+    NodeCheckRun,
+    NodeStatus,
+)
 from console.inventory.schemas import (
     AcceleratorOut,
+    CheckRunOut,
+    EnrollmentCreatedOut,
+    EnrollmentIn,
+    EnrollmentOut,
     IsolationIn,
     LabelsIn,
     NodeDetailOut,
@@ -120,3 +132,36 @@ def release(request, accelerator_id: int, payload: ReleaseIn):
         isolated=False,
         reason=payload.reason,
     )
+
+
+@router.post("/nodes/{name}/checks", response={202: CheckRunOut})
+def run_checks(request, name: str):
+    """Ask the node's agent to run its checks now; poll GET …/checks for the answer."""
+    return 202, checks.request_checks(actor=actor_from_request(request), name=name)
+
+
+@router.get("/nodes/{name}/checks", response=list[CheckRunOut])
+@paginate(LimitOffsetPagination)
+def list_checks(request, name: str):
+    return NodeCheckRun.objects.filter(node=services.get_node(name)).select_related("node")
+
+
+@router.get("/enrollment-tokens", response=list[EnrollmentOut])
+@paginate(LimitOffsetPagination)
+def list_enrollment_tokens(request):
+    check_role(actor_from_request(request), Role.ADMIN)
+    return EnrollmentToken.objects.all()
+
+
+@router.post("/enrollment-tokens", response={201: EnrollmentCreatedOut})
+def create_enrollment_token(request, payload: EnrollmentIn):
+    token, raw = enrollment.create_enrollment_token(
+        actor=actor_from_request(request), name=payload.name, expires_at=payload.expires_at
+    )
+    token.token = raw
+    return 201, token
+
+
+@router.post("/enrollment-tokens/{token_id}/revoke", response=EnrollmentOut)
+def revoke_enrollment_token(request, token_id: int):
+    return enrollment.revoke_enrollment_token(actor=actor_from_request(request), token_id=token_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -128,3 +129,58 @@ class Accelerator(models.Model):
     @property
     def healthy(self) -> bool:
         return self.health == Health.OK
+
+
+class EnrollmentToken(models.Model):
+    """Lets host agents register nodes. Only the hash is stored; the value is shown once.
+
+    Agents send it with every heartbeat: revoking it stops accepting beats from its nodes.
+    """
+
+    name = models.CharField(max_length=100)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    hint = models.CharField(max_length=12, editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.hint}…)"
+
+    def is_active(self, now=None) -> bool:
+        now = now or timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+
+class CheckRunStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    PASSED = "passed", "Passed"
+    FAILED = "failed", "Failed"
+    TIMEOUT = "timeout", "No answer"
+
+
+class NodeCheckRun(models.Model):
+    """One run of the node checks: who asked, when, and each check's result and fix."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="check_runs")
+    trigger = models.CharField(max_length=16, default="on-demand")  # on-demand, agent-start
+    requested_by = models.CharField(max_length=150, blank=True)
+    requested_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(
+        max_length=16, choices=CheckRunStatus.choices, default=CheckRunStatus.PENDING
+    )
+    results = models.JSONField(default=list, blank=True)  # [{name, ok, evidence, fix}]
+
+    class Meta:
+        ordering = ["-requested_at"]
+        indexes = [models.Index(fields=["node", "-requested_at"])]
+
+    def __str__(self) -> str:
+        return f"checks {self.node.name} {self.requested_at:%Y-%m-%d %H:%M:%S} {self.status}"

@@ -80,3 +80,44 @@ class IsolationIn(Schema):
 
 class ReleaseIn(Schema):
     reason: str = Field(..., min_length=1, max_length=300, description="why it is safe again")
+
+
+class EnrollmentIn(Schema):
+    name: str = Field(..., min_length=1, max_length=100)
+    expires_at: datetime | None = None
+
+
+class EnrollmentOut(Schema):
+    id: int
+    name: str
+    hint: str
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    nodes: int
+
+    @staticmethod
+    def resolve_nodes(obj) -> int:
+        return obj.nodes.count()
+
+
+class EnrollmentCreatedOut(EnrollmentOut):
+    token: str = Field(..., description="give it to agents as NPU_AGENT_ENROLL_TOKEN; shown once")
+
+
+class CheckResultOut(Schema):
+    name: str
+    ok: bool
+    evidence: str
+    fix: str
+
+
+class CheckRunOut(Schema):
+    id: int
+    node: str = Field(..., alias="node.name")
+    trigger: str
+    requested_by: str
+    requested_at: datetime
+    finished_at: datetime | None
+    status: str
+    results: list[CheckResultOut]

@@ -13,4 +13,8 @@ urlpatterns = [
         views.accelerator_isolation,
         name="accelerator-isolation",
     ),
+    path("nodes/<slug:name>/checks", views.node_checks, name="node-checks"),
+    path("enrollment/", views.enrollment_tokens, name="enrollment"),
+    path("enrollment/new", views.enrollment_create, name="enrollment-create"),
+    path("enrollment/<int:token_id>/revoke", views.enrollment_revoke, name="enrollment-revoke"),
 ]

@@ -11,9 +11,9 @@ from console.accounts.decorators import role_required
 from console.accounts.models import AuditEntry
 from console.accounts.services import actor_from_request
 from console.errors import DomainError
-from console.inventory import services
+from console.inventory import checks, enrollment, services
 from console.inventory.api import NodeFilters, filter_nodes
-from console.inventory.models import Accelerator, Health, Node, NodeStatus
+from console.inventory.models import Accelerator, EnrollmentToken, Health, Node, NodeStatus
 
 
 def fleet_counts() -> dict:
@@ -120,3 +120,37 @@ def accelerator_isolation(request, accelerator_id: int):
         reason=request.POST.get("reason", ""),
     )
     return redirect("node-detail", name=acc.node.name)
+
+
+@role_required("admin")
+def enrollment_tokens(request):
+    created = request.session.pop("new_enrollment", None)
+    context = {"tokens": EnrollmentToken.objects.annotate(node_count=Count("nodes")), "created": created}
+    return render(request, "inventory/enrollment.html", context)
+
+
+@require_POST
+@role_required("admin")
+def enrollment_create(request):
+    try:
+        token, raw = enrollment.create_enrollment_token(
+            actor=actor_from_request(request), name=request.POST.get("name", "")
+        )
+        request.session["new_enrollment"] = {"name": token.name, "value": raw}
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    return redirect("enrollment")
+
+
+@require_POST
+@role_required("admin")
+def enrollment_revoke(request, token_id: int):
+    _run(request, enrollment.revoke_enrollment_token, "enrollment token revoked", token_id=token_id)
+    return redirect("enrollment")
+
+
+@require_POST
+@role_required("operator")
+def node_checks(request, name: str):
+    _run(request, checks.request_checks, "checks requested; results appear below within seconds", name=name)
+    return redirect("node-detail", name=name)

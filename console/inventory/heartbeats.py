@@ -1,0 +1,243 @@
+"""Heartbeat ingest and offline detection.
+
+Cost does not grow with every beat: the node's state is cached in a Redis hash
+(`npc:node:<name>`), the last-seen time goes to a sorted set (`npc:seen`), telemetry to the
+hot store; the database is written only when something changed — registration, host or
+version facts, the chip inventory or health, the status — and `last_heartbeat` at most once
+per DB_BEAT_EVERY_S.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from pydantic import ValidationError
+
+from console.accounts.services import Actor, record
+from console.hot import get_redis
+from console.inventory.enrollment import enrollment_token_id
+from console.inventory.models import Accelerator, Health, Node, NodeStatus
+from console.inventory.services import status_for, transition_node
+from workers.contracts import Heartbeat
+
+log = logging.getLogger(__name__)
+SEEN_KEY = "npc:seen"
+DB_BEAT_EVERY_S = 60.0
+
+
+class HeartbeatRejected(Exception):
+    pass
+
+
+def _node_key(name: str) -> str:
+    return f"npc:node:{name}"
+
+
+def _digest(value) -> str:
+    return hashlib.blake2b(
+        json.dumps(value, sort_keys=True, default=str).encode(), digest_size=12
+    ).hexdigest()
+
+
+def _static_fields(hb: Heartbeat) -> dict:
+    host, versions = hb.host, hb.versions
+    return {
+        "hostname": str(host.get("hostname") or hb.node)[:253],
+        "address": str(host.get("address") or "")[:253],
+        "arch": str(host.get("arch") or "")[:32],
+        "cpu_model": str(host.get("cpu_model") or "")[:200],
+        "cpu_cores": (host.get("cpu_cores") or {}).get("logical"),
+        "memory_mb": host.get("memory_total_mb"),
+        "os": str(host.get("os") or "")[:200],
+        "kernel": str(host.get("kernel") or "")[:100],
+        "npu_driver_version": str(versions.get("npu_driver") or "")[:64],
+        "npu_firmware_version": str(versions.get("npu_firmware") or "")[:64],
+        "cann_version": str(versions.get("cann_toolkit") or "")[:64],
+        "npu_smi_version": str(versions.get("npu_smi") or "")[:64],
+        "agent_version": hb.agent_version[:32],
+        "simulated": hb.simulated,
+        "telemetry_ok": hb.telemetry_ok,
+        "telemetry_reason": (hb.telemetry_reason or "")[:300],
+    }
+
+
+def _chip_inventory(hb: Heartbeat) -> list[dict]:
+    return [
+        {
+            "npu_id": c.npu_id,
+            "chip_id": c.chip_id,
+            "logic_id": c.logic_id,
+            "phy_id": c.phy_id,
+            "vendor": c.vendor,
+            "model_name": c.name or "",
+            "health": _health(c.health),
+            "hbm_total_mb": c.hbm_total_mb,
+            "memory_total_mb": c.memory_total_mb,
+            "bus_id": c.bus_id or "",
+        }
+        for c in hb.chips
+    ]
+
+
+def _health(value: str | None) -> str:
+    if not value:
+        return Health.UNKNOWN
+    for h in Health:
+        if value.strip().lower() == h.value.lower():
+            return h.value
+    return Health.UNKNOWN
+
+
+def ingest_heartbeat(payload: dict, *, received_at: datetime | None = None) -> int | None:
+    """Apply one heartbeat. Returns the node id, or None when the beat was refused (logged)."""
+    received_at = received_at or timezone.now()
+    try:
+        hb = Heartbeat.model_validate(payload)
+    except ValidationError as exc:
+        log.warning("heartbeat refused: invalid payload: %s", exc.errors()[0].get("msg"))
+        return None
+    token_id = enrollment_token_id(hb.enroll_token, received_at)
+    if token_id is None:
+        log.warning(
+            "heartbeat from %s refused: enrollment token unknown, expired or revoked", hb.node
+        )
+        return None
+    r = get_redis()
+    cached = {k.decode(): v.decode() for k, v in r.hgetall(_node_key(hb.node)).items()}
+    if not cached:
+        cached = _load_or_register(hb, token_id, received_at)
+    node_id = int(cached["id"])
+    updates = _apply_changes(hb, cached, node_id, received_at)
+    pipe = r.pipeline(transaction=False)
+    if updates:
+        pipe.hset(_node_key(hb.node), mapping=updates)
+    pipe.expire(_node_key(hb.node), 3600)
+    pipe.zadd(SEEN_KEY, {hb.node: received_at.timestamp()})
+    pipe.execute()
+    from console.telemetry.services import record_heartbeat
+
+    record_heartbeat(node_id=node_id, node_name=hb.node, received_at=received_at, hb=hb)
+    return node_id
+
+
+def _load_or_register(hb: Heartbeat, token_id: int, now: datetime) -> dict:
+    node = Node.objects.filter(name=hb.node).first()
+    if node is None:
+        try:
+            with transaction.atomic():
+                node = Node.objects.create(
+                    name=hb.node,
+                    status=NodeStatus.ONLINE,
+                    last_heartbeat=now,
+                    enrolled_with_id=token_id,
+                    **_static_fields(hb),
+                )
+                record(
+                    actor=Actor(user=None, name=f"agent {hb.node}", via="agent"),
+                    action="node.register",
+                    obj=node,
+                    message=f"registered by its host agent {hb.agent_version}",
+                )
+        except IntegrityError:  # a concurrent beat registered it first
+            node = Node.objects.get(name=hb.node)
+    return {"id": str(node.pk), "status": node.status, "static": "", "chips": "", "db_at": "0"}
+
+
+def _apply_changes(hb: Heartbeat, cached: dict, node_id: int, now: datetime) -> dict:
+    """Write to the database only what changed; return the new cached values."""
+    updates: dict[str, str] = {}
+    node_fields: dict = {}
+    static = _static_fields(hb)
+    static_digest = _digest(static)
+    if cached.get("static") != static_digest:
+        node_fields.update(static)
+        updates["static"] = static_digest
+    chips = _chip_inventory(hb)
+    chips_digest = _digest(chips)
+    if cached.get("chips") != chips_digest:
+        sync_accelerators(node_id, chips, now)
+        updates["chips"] = chips_digest
+    if now.timestamp() - float(cached.get("db_at") or 0) > DB_BEAT_EVERY_S or node_fields:
+        node_fields["last_heartbeat"] = now
+        updates["db_at"] = str(now.timestamp())
+    if node_fields:
+        Node.objects.filter(pk=node_id).update(**node_fields)
+    if cached.get("status") == NodeStatus.OFFLINE:
+        updates["status"] = _bring_online(node_id, now)
+    return updates
+
+
+def _bring_online(node_id: int, now: datetime) -> str:
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node_id)
+        if node.status == NodeStatus.OFFLINE:
+            to = status_for(node.admin_state, reachable=True)
+            transition_node(
+                node=node, to=to, reason="heartbeat received again", actor=Actor.system("heartbeat")
+            )
+            Node.objects.filter(pk=node_id).update(last_heartbeat=now)
+        return node.status
+
+
+def sync_accelerators(node_id: int, chips: list[dict], now: datetime) -> None:
+    """Upsert the node's chips as reported; chips no longer reported get health UNKNOWN."""
+    existing = {(a.npu_id, a.chip_id): a for a in Accelerator.objects.filter(node_id=node_id)}
+    with transaction.atomic():
+        for chip in chips:
+            key = (chip["npu_id"], chip["chip_id"])
+            fields = {k: v for k, v in chip.items() if k not in {"npu_id", "chip_id"}}
+            fields["bus_id"] = fields["bus_id"][:32]
+            fields["model_name"] = fields["model_name"][:64]
+            if key in existing:
+                Accelerator.objects.filter(pk=existing.pop(key).pk).update(last_seen=now, **fields)
+            else:
+                Accelerator.objects.create(
+                    node_id=node_id, npu_id=key[0], chip_id=key[1], last_seen=now, **fields
+                )
+        if existing:
+            Accelerator.objects.filter(pk__in=[a.pk for a in existing.values()]).update(
+                health=Health.UNKNOWN
+            )
+
+
+def mark_offline(now: datetime | None = None) -> list[str]:
+    """Mark offline every reachable node silent for OFFLINE_AFTER_MISSED_BEATS intervals.
+
+    Returns the names marked. Engines' records are not touched here; the node going offline
+    never stops or deletes them.
+    """
+    now = now or timezone.now()
+    window = settings.HEARTBEAT_INTERVAL_S * settings.OFFLINE_AFTER_MISSED_BEATS
+    cutoff = now - timedelta(seconds=window)
+    candidates = list(
+        Node.objects.exclude(status=NodeStatus.OFFLINE).values_list("name", "last_heartbeat")
+    )
+    if not candidates:
+        return []
+    r = get_redis()
+    scores = r.zmscore(SEEN_KEY, [name for name, _ in candidates])
+    marked = []
+    for (name, db_beat), score in zip(candidates, scores, strict=True):
+        last = datetime.fromtimestamp(score, tz=now.tzinfo) if score else db_beat
+        if last is not None and last >= cutoff:
+            continue
+        silent = f"{(now - last).total_seconds():.0f}s" if last else "ever"
+        with transaction.atomic():
+            node = Node.objects.select_for_update().get(name=name)
+            reason = f"no heartbeat for {silent} ({settings.OFFLINE_AFTER_MISSED_BEATS} intervals missed)"
+            if node.status != NodeStatus.OFFLINE and transition_node(
+                node=node,
+                to=NodeStatus.OFFLINE,
+                reason=reason,
+                actor=Actor.system("heartbeat-monitor"),
+            ):
+                Node.objects.filter(pk=node.pk).update(last_heartbeat=last)
+                marked.append(name)
+        r.hset(_node_key(name), "status", NodeStatus.OFFLINE)
+    return marked

@@ -1,0 +1,160 @@
+"""The host agent: a Celery worker on queue host.<node> plus a heartbeat thread.
+
+`python -m workers agent` runs it. It never touches the console's database: it sends
+heartbeats and check results as tasks on queue `console`, and consumes its own queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import psutil
+
+from workers.accelerators import default_providers, probe_all
+from workers.accelerators.base import ProviderResult
+from workers.celery import make_app, send_to_console
+from workers.checks import run_checks
+from workers.config import AgentConfig
+from workers.contracts import AGENT_VERSION, Heartbeat, Tasks, host_queue
+
+log = logging.getLogger("workers.agent")
+NPU_PROVIDERS = ("ascend", "simulated", "nvidia")
+
+
+def primary_address() -> str:
+    """The first non-loopback IPv4 address (what operators ssh to), or ''."""
+    for addrs in psutil.net_if_addrs().values():
+        for addr in addrs:
+            if addr.family == socket.AF_INET and not addr.address.startswith("127."):
+                return addr.address
+    return ""
+
+
+def _degraded(results: list[dict]) -> str | None:
+    """Why telemetry is degraded: a configured vendor tool that exists but failed."""
+    for r in results:
+        reason = r.get("reason") or ""
+        if not r["available"] and "not found" not in reason:
+            return f"{r['provider']}: {reason}"
+    return None
+
+
+def build_heartbeat(config: AgentConfig, found: dict[str, Any], seq: int) -> Heartbeat:
+    """A heartbeat from one probe_all() answer."""
+    results = [found[name] for name in NPU_PROVIDERS if name in found]
+    chips = [c for r in results if r["available"] for c in r["chips"]]
+    processes = [p for r in results if r["available"] for p in r["processes"]]
+    host = dict(found["host"], address=primary_address())
+    versions = dict(found["versions"])
+    versions["npu_smi"] = next((r["version"] for r in results if r["provider"] == "ascend"), None)
+    reason = _degraded(results)
+    return Heartbeat(
+        node=config.node_name,
+        enroll_token=config.enroll_token,
+        sent_at=datetime.now(UTC),
+        seq=seq,
+        agent_version=AGENT_VERSION,
+        interval_s=config.heartbeat_s,
+        simulated="simulated" in config.providers,
+        host=host,
+        versions=versions,
+        chips=chips,
+        processes=processes,
+        telemetry_ok=reason is None,
+        telemetry_reason=reason,
+    )
+
+
+class Agent:
+    """Holds the long-lived providers; sends heartbeats and runs checks."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.app = make_app(config)
+        self.providers = default_providers(config)
+        self.stop = threading.Event()
+        self._seq = 0
+
+    def beat_once(self) -> Heartbeat:
+        found = probe_all(config=self.config, providers=self.providers)
+        self._seq += 1
+        hb = build_heartbeat(self.config, found, self._seq)
+        send_to_console(self.app, Tasks.HEARTBEAT, hb.model_dump(mode="json"))
+        return hb
+
+    def heartbeat_loop(self) -> None:
+        while not self.stop.is_set():
+            started = time.monotonic()
+            try:
+                self.beat_once()
+            except Exception:  # noqa: BLE001 - the agent keeps beating whatever fails once
+                log.exception("heartbeat failed; retrying next interval")
+            self.stop.wait(max(0.0, self.config.heartbeat_s - (time.monotonic() - started)))
+
+    def npu_result(self) -> ProviderResult:
+        for provider in self.providers:
+            if provider.name in ("ascend", "simulated"):
+                return provider.probe()
+        return ProviderResult(
+            provider="ascend", available=False, reason="no NPU provider configured"
+        )
+
+    def report_checks(self, run_id: int | None, trigger: str) -> list[dict]:
+        results = [r.model_dump() for r in run_checks(self.config, self.npu_result())]
+        report = {
+            "node": self.config.node_name,
+            "run_id": run_id,
+            "trigger": trigger,
+            "sent_at": datetime.now(UTC).isoformat(),
+            "results": results,
+        }
+        send_to_console(self.app, Tasks.CHECK_RESULTS, report)
+        return results
+
+
+def register_tasks(agent: Agent) -> None:
+    @agent.app.task(name=Tasks.HOST_RUN_CHECKS, ignore_result=True)
+    def run_checks_task(run_id: int | None = None) -> None:
+        """Run the node checks and report them (idempotent: reports are keyed by run id)."""
+        agent.report_checks(run_id, "on-demand")
+
+    @agent.app.task(name=Tasks.HOST_PING)
+    def ping(value: str = "") -> dict:
+        return {"pong": value, "node": agent.config.node_name, "agent_version": AGENT_VERSION}
+
+
+def run(config: AgentConfig) -> int:
+    """Run the agent until SIGTERM/SIGINT (Celery's warm shutdown)."""
+    if not config.enroll_token:
+        log.warning(
+            "NPU_AGENT_ENROLL_TOKEN is not set: the console will refuse this node's heartbeats"
+        )
+    agent = Agent(config)
+    register_tasks(agent)
+    threading.Thread(target=agent.heartbeat_loop, name="heartbeat", daemon=True).start()
+    threading.Thread(target=agent.report_checks, args=(None, "agent-start"), daemon=True).start()
+    argv = [
+        "worker",
+        "-Q",
+        host_queue(config.node_name),
+        "-n",
+        f"agent@{config.node_name}",
+        "--concurrency",
+        "2",
+        "-P",
+        "threads",
+        "-l",
+        "info",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    try:
+        agent.app.worker_main(argv)
+    finally:
+        agent.stop.set()
+    return 0
