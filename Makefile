@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint format install clean
+.PHONY: run demo test lint format install clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("NPU Console needs Python 3.11+") if sys.version_info < (3, 11) else None'
@@ -32,3 +32,7 @@ format: install
 
 clean:
 	rm -rf $(VENV) var/test-console.sqlite3
+
+## demo: like run, plus an agent with SIMULATED NPUs (replayed npu-smi captures, labelled as such)
+demo: install
+	NPU_CONSOLE_DEMO=1 $(PY) -m console.launch

@@ -63,7 +63,29 @@ def _children(args: argparse.Namespace) -> dict[str, list[str]]:
             str(args.var_dir / "celerybeat-schedule"),
         ],
         "agent": [py, "-m", "workers", "agent"],
+        "demo-agent": [py, "-m", "workers", "agent", "--simulated", "--node-name", "demo-sim-910b"],
     }
+
+
+def _local_enroll_token(var_dir) -> str:
+    """The enrollment token of this machine's own agent, created once into var/ (0600)."""
+    from console.accounts.models import hash_token
+    from console.accounts.services import Actor
+    from console.inventory.enrollment import issue_enrollment_token
+    from console.inventory.models import EnrollmentToken
+
+    path = var_dir / "agent-enroll-token"
+    if path.exists():
+        raw = path.read_text().strip()
+        token = EnrollmentToken.objects.filter(key_hash=hash_token(raw)).first()
+        if token is not None and token.is_active():
+            return raw
+    _, raw = issue_enrollment_token(actor=Actor.system("make run"), name="local agent (make run)")
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(raw)
+    return raw
 
 
 def _stop_all(procs: dict[str, subprocess.Popen]) -> None:
@@ -94,6 +116,12 @@ def main() -> int:
     parser.add_argument("--host", default=os.environ.get("NPU_CONSOLE_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("NPU_CONSOLE_PORT", "8000")))
     parser.add_argument("--no-agent", action="store_true", help="do not start a local host agent")
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        default=os.environ.get("NPU_CONSOLE_DEMO") == "1",
+        help="also start an agent with SIMULATED NPUs (replayed npu-smi captures)",
+    )
     args = parser.parse_args()
     args.var_dir = settings.VAR_DIR
 
@@ -117,11 +145,12 @@ def main() -> int:
         )
         print(f"[launch] embedded Redis on {settings.EMBEDDED_REDIS_SOCKET}", flush=True)
     env.setdefault("NPU_AGENT_BROKER_URL", settings.CELERY_BROKER_URL)
+    env.setdefault("NPU_AGENT_ENROLL_TOKEN", _local_enroll_token(settings.VAR_DIR))
 
     procs: dict[str, subprocess.Popen] = {}
     try:
         for name, argv in _children(args).items():
-            if name == "agent" and args.no_agent:
+            if (name == "agent" and args.no_agent) or (name == "demo-agent" and not args.demo):
                 continue
             procs[name] = subprocess.Popen(argv, env=env, start_new_session=True)
         print(
