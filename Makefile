@@ -31,7 +31,7 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) var/test-console.sqlite3
+	rm -rf $(VENV) var/test-console-*.sqlite3*
 
 ## demo: like run, plus an agent with SIMULATED NPUs (replayed npu-smi captures, labelled as such)
 demo: install

@@ -6,6 +6,7 @@ See `.env.example` for the list of variables. Defaults give the embedded set-up:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -40,7 +41,7 @@ if _db["ENGINE"].endswith("sqlite3"):
     }
     _db["CONN_MAX_AGE"] = 0
     # A file, not memory: tests start real worker processes that share the test database.
-    _db["TEST"] = {"NAME": str(VAR_DIR / "test-console.sqlite3")}
+    _db["TEST"] = {"NAME": str(VAR_DIR / f"test-console-{os.getpid()}.sqlite3")}
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

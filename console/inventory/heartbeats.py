@@ -110,10 +110,13 @@ def ingest_heartbeat(payload: dict, *, received_at: datetime | None = None) -> i
         return None
     r = get_redis()
     cached = {k.decode(): v.decode() for k, v in r.hgetall(_node_key(hb.node)).items()}
-    if not cached:
+    fresh = not cached
+    if fresh:
         cached = _load_or_register(hb, token_id, received_at)
     node_id = int(cached["id"])
     updates = _apply_changes(hb, cached, node_id, received_at)
+    if fresh:  # cache the whole state, not only what changed
+        updates = {**cached, **updates}
     pipe = r.pipeline(transaction=False)
     if updates:
         pipe.hset(_node_key(hb.node), mapping=updates)

@@ -11,9 +11,10 @@ from console.accounts.decorators import role_required
 from console.accounts.models import AuditEntry
 from console.accounts.services import actor_from_request
 from console.errors import DomainError
-from console.inventory import checks, enrollment, services
+from console.inventory import checks, enrollment, live, services
 from console.inventory.api import NodeFilters, filter_nodes
 from console.inventory.models import Accelerator, EnrollmentToken, Health, Node, NodeStatus
+from console.telemetry.services import latest, latest_many
 
 
 def fleet_counts() -> dict:
@@ -35,8 +36,19 @@ def fleet_counts() -> dict:
 
 @role_required("viewer")
 def dashboard(request):
-    context = {"counts": fleet_counts(), "recent": AuditEntry.objects.all()[:10]}
-    template = "inventory/dashboard.html#counts" if request.htmx else "inventory/dashboard.html"
+    metric = request.GET.get("metric", "aicore")
+    metric = metric if metric in live.METRICS else "aicore"
+    nodes = list(Node.objects.only("name", "status", "simulated").order_by("name"))
+    latest = latest_many([n.name for n in nodes])
+    context = {
+        "counts": fleet_counts(),
+        "totals": live.fleet_totals(latest),
+        "heatmap": live.heatmap(nodes, latest, metric),
+        "metric": metric,
+        "metrics": live.METRICS,
+        "recent": AuditEntry.objects.all()[:10],
+    }
+    template = "inventory/dashboard.html#live" if request.htmx else "inventory/dashboard.html"
     return render(request, template, context)
 
 
@@ -60,8 +72,12 @@ def node_list(request):
 @role_required("viewer")
 def node_detail(request, name: str):
     node = get_object_or_404(Node, name=name)
+    data = latest(node.name)
     context = {
         "node": node,
+        "latest": data,
+        "npus": live.npu_rows(data),
+        "charts": live.node_charts(node.pk),
         "accelerators": node.accelerators.all(),
         "events": AuditEntry.objects.filter(object_type="inventory.node", object_id=str(node.pk))[
             :20
@@ -125,7 +141,10 @@ def accelerator_isolation(request, accelerator_id: int):
 @role_required("admin")
 def enrollment_tokens(request):
     created = request.session.pop("new_enrollment", None)
-    context = {"tokens": EnrollmentToken.objects.annotate(node_count=Count("nodes")), "created": created}
+    context = {
+        "tokens": EnrollmentToken.objects.annotate(node_count=Count("nodes")),
+        "created": created,
+    }
     return render(request, "inventory/enrollment.html", context)
 
 
@@ -152,5 +171,10 @@ def enrollment_revoke(request, token_id: int):
 @require_POST
 @role_required("operator")
 def node_checks(request, name: str):
-    _run(request, checks.request_checks, "checks requested; results appear below within seconds", name=name)
+    _run(
+        request,
+        checks.request_checks,
+        "checks requested; results appear below within seconds",
+        name=name,
+    )
     return redirect("node-detail", name=name)

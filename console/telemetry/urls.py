@@ -1,1 +1,7 @@
-urlpatterns: list = []
+from django.urls import path
+
+from console.telemetry import views
+
+urlpatterns = [
+    path("metrics", views.metrics, name="metrics"),
+]

@@ -20,7 +20,7 @@ def test_dashboard_htmx_request_gets_only_the_counts_partial(viewer_client):
     make_node("n1")
     resp = viewer_client.get("/", HTTP_HX_REQUEST="true")
     body = resp.content.decode()
-    assert 'id="counts"' in body and "<html" not in body
+    assert 'data-testid="nodes-total"' in body and "<html" not in body
 
 
 def test_node_list_filters_and_htmx_rows(viewer_client):

@@ -1,0 +1,215 @@
+"""View models of live telemetry for pages: the fleet heatmap and a node's NPU table.
+
+Values come from the hot store (latest heartbeat per node); an NPU whose health is not OK or
+whose temperature is at or above HOT_C is flagged with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+HOT_C = 85.0
+METRICS = {
+    "aicore": ("AICore %", "%"),
+    "hbm": ("HBM used %", "%"),
+    "temp": ("Temperature °C", "°C"),
+    "health": ("Health", ""),
+}
+
+
+@dataclass
+class Cell:
+    label: str
+    value: str
+    level: int | None  # 0..4 on the sequential scale, None = no data
+    state: str = ""  # "", "warn", "crit", "unknown"
+    title: str = ""
+
+
+@dataclass
+class NpuRow:
+    npu_id: int
+    chip_id: int
+    name: str
+    health: str
+    aicore: float | None
+    hbm_used: int | None
+    hbm_total: int | None
+    hbm_pct: float | None
+    temperature: float | None
+    power: float | None
+    alerts: list[str] = field(default_factory=list)
+    processes: list[dict] = field(default_factory=list)
+
+
+def alerts_for(chip: dict) -> list[str]:
+    """Why a chip needs attention, in words (empty when it does not)."""
+    out = []
+    health = chip.get("health") or "UNKNOWN"
+    if health != "OK":
+        out.append(f"health {health}")
+    temp = chip.get("temperature_c")
+    if temp is not None and temp >= HOT_C:
+        out.append(f"temperature {temp:g} °C ≥ {HOT_C:g} °C")
+    return out
+
+
+def memory_pct(chip: dict) -> tuple[int | None, int | None, float | None]:
+    """(used, total, percent) of HBM, or of DDR memory on cards without HBM (310/310P)."""
+    used, total = chip.get("hbm_used_mb"), chip.get("hbm_total_mb")
+    if not total:
+        used, total = chip.get("memory_used_mb"), chip.get("memory_total_mb")
+    pct = round(100.0 * used / total, 1) if used is not None and total else None
+    return used, total, pct
+
+
+def _level(value: float | None, lo: float, hi: float) -> int | None:
+    if value is None:
+        return None
+    return max(0, min(4, int((value - lo) / (hi - lo) * 5)))
+
+
+def cell_for(chip: dict, metric: str) -> Cell:
+    alerts = alerts_for(chip)
+    health = chip.get("health") or "UNKNOWN"
+    state = (
+        "crit"
+        if health in {"Alarm", "Critical"} or any("temperature" in a for a in alerts)
+        else ("warn" if health == "Warning" else ("unknown" if health == "UNKNOWN" else ""))
+    )
+    label = f"{chip['npu_id']}.{chip.get('chip_id', 0)}"
+    if metric == "aicore":
+        v = chip.get("aicore_percent")
+        level, text = _level(v, 0, 100), "–" if v is None else f"{v:.0f}"
+    elif metric == "hbm":
+        v = memory_pct(chip)[2]
+        level, text = _level(v, 0, 100), "–" if v is None else f"{v:.0f}"
+    elif metric == "temp":
+        v = chip.get("temperature_c")
+        level, text = _level(v, 30, HOT_C), "–" if v is None else f"{v:.0f}"
+    else:
+        level, text = (0 if health == "OK" else None), health[:2]
+    title = f"NPU {label} {chip.get('name') or ''}: " + (", ".join(alerts) or "OK")
+    return Cell(label=label, value=text, level=level, state=state, title=title)
+
+
+def heatmap(nodes: list, latest: dict[str, dict | None], metric: str) -> list[dict]:
+    """One row per node: its name, simulated flag, staleness and a cell per chip."""
+    rows = []
+    for node in nodes:
+        data = latest.get(node.name)
+        chips = (data or {}).get("chips") or []
+        rows.append(
+            {
+                "node": node,
+                "cells": [cell_for(c, metric) for c in chips],
+                "no_data": data is None,
+                "telemetry_reason": (data or {}).get("telemetry_reason"),
+            }
+        )
+    return rows
+
+
+def fleet_totals(latest: dict[str, dict | None]) -> dict:
+    """Fleet-wide live totals from the hot store (chips reporting, HBM, mean AICore, alerts)."""
+    chips = [c for d in latest.values() if d for c in d.get("chips") or []]
+    used = sum(memory_pct(c)[0] or 0 for c in chips)
+    total = sum(memory_pct(c)[1] or 0 for c in chips)
+    aicore = [c["aicore_percent"] for c in chips if c.get("aicore_percent") is not None]
+    return {
+        "chips": len(chips),
+        "hbm_used_gb": round(used / 1024, 1),
+        "hbm_total_gb": round(total / 1024, 1),
+        "hbm_pct": round(100 * used / total, 1) if total else None,
+        "aicore_mean": round(sum(aicore) / len(aicore), 1) if aicore else None,
+        "alerts": sum(1 for c in chips if alerts_for(c)),
+    }
+
+
+def npu_rows(data: dict | None) -> list[NpuRow]:
+    """A node's chips from its latest heartbeat, with processes attached to their chip."""
+    if not data:
+        return []
+    procs: dict[tuple[int, int], list[dict]] = {}
+    for p in data.get("processes") or []:
+        procs.setdefault((p["npu_id"], p.get("chip_id") or 0), []).append(p)
+    rows = []
+    for c in data.get("chips") or []:
+        used, total, pct = memory_pct(c)
+        rows.append(
+            NpuRow(
+                npu_id=c["npu_id"],
+                chip_id=c.get("chip_id", 0),
+                name=c.get("name") or "",
+                health=c.get("health") or "UNKNOWN",
+                aicore=c.get("aicore_percent"),
+                hbm_used=used,
+                hbm_total=total,
+                hbm_pct=pct,
+                temperature=c.get("temperature_c"),
+                power=c.get("power_w"),
+                alerts=alerts_for(c),
+                processes=procs.get((c["npu_id"], c.get("chip_id", 0)), []),
+            )
+        )
+    return rows
+
+
+CHART_BUCKET_S = 30
+CHART_METRICS = (
+    ("AICore %", "aicore_percent", "%"),
+    ("HBM used %", "hbm_pct", "%"),
+    ("Temperature °C", "temperature_c", "°C"),
+)
+
+
+def node_charts(node_id: int, *, minutes: int = 60, now=None) -> list[dict]:
+    """The node's last hour as one chart per metric with one series per chip.
+
+    One query over raw samples, averaged into CHART_BUCKET_S buckets in Python, so the page
+    costs the same whatever the number of chips. Returns [] when there is nothing to draw.
+    """
+    import json
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from console.telemetry.models import ChipSample
+
+    now = now or timezone.now()
+    rows = ChipSample.objects.filter(
+        node_id=node_id, time__gte=now - timedelta(minutes=minutes)
+    ).values_list(
+        "npu_id",
+        "chip_id",
+        "time",
+        "aicore_percent",
+        "hbm_used_mb",
+        "hbm_total_mb",
+        "temperature_c",
+    )
+    buckets: dict[tuple[int, int], dict[int, list[list[float]]]] = {}
+    for npu, chip, t, aicore, used, total, temp in rows.iterator():
+        slot = int(t.timestamp()) // CHART_BUCKET_S * CHART_BUCKET_S
+        acc = buckets.setdefault((npu, chip), {}).setdefault(slot, [[], [], []])
+        for i, v in enumerate(
+            (aicore, 100.0 * used / total if used is not None and total else None, temp)
+        ):
+            if v is not None:
+                acc[i].append(v)
+    if not buckets:
+        return []
+    xs = sorted({slot for per_chip in buckets.values() for slot in per_chip})
+    charts = []
+    for index, (title, _, unit) in enumerate(CHART_METRICS):
+        series = []
+        for (npu, chip), per_chip in sorted(buckets.items()):
+            values = []
+            for x in xs:
+                vals = per_chip.get(x, [[], [], []])[index]
+                values.append(round(sum(vals) / len(vals), 1) if vals else None)
+            series.append({"label": f"NPU {npu}.{chip}", "values": values})
+        charts.append(
+            {"title": title, "json": json.dumps({"x": xs, "series": series, "yLabel": unit})}
+        )
+    return charts

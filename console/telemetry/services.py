@@ -1,0 +1,240 @@
+"""Telemetry ingest: the latest values in Redis, raw samples buffered there and flushed in batches.
+
+Per heartbeat the cost is one Redis round trip and no database query (`record_heartbeat`). The
+database is written by `flush_samples` (Celery beat, every few seconds) in bulk.
+
+Redis keys (prefix KEY_PREFIX):
+- `latest:<node>`  JSON of the last beat's chips/processes, expiring after LATEST_TTL_BEATS
+  intervals — what pages, the API and /metrics read.
+- `samples`        a list, one compact JSON row per beat: [node_id, ms, [[chip fields]…]].
+- `lock:flush`     held by the one flusher at work.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from operator import attrgetter
+
+import redis
+from django.conf import settings
+from django.utils import timezone
+
+from console.hot import get_redis
+from console.inventory.models import Node
+from console.telemetry.models import HEALTH_CODES, ChipSample
+from workers.contracts import Heartbeat
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX = "npc:"  # tests point this at a private prefix
+LATEST_TTL_BEATS = 10
+MAX_BUFFERED_BEATS = 500_000  # ~40 min of a 1,000-node fleet; older beats are dropped first
+FLUSH_BATCH = 2_000  # beats per read/insert round
+FLUSH_MAX_BATCHES = 50
+FLUSH_LOCK_TIMEOUT_S = 300
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+SMALLINT_MAX = 32767
+LATEST_FIELDS = {"sent_at", "chips", "processes", "telemetry_ok", "telemetry_reason"}
+SAMPLE_FIELDS = (
+    "npu_id",
+    "chip_id",
+    "aicore_percent",
+    "hbm_used_mb",
+    "hbm_total_mb",
+    "memory_used_mb",
+    "memory_total_mb",
+    "temperature_c",
+    "power_w",
+    "health",
+)
+_sample_values = attrgetter(*SAMPLE_FIELDS)
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def latest_key(node_name: str) -> str:
+    return f"{KEY_PREFIX}latest:{node_name}"
+
+
+def samples_key() -> str:
+    return f"{KEY_PREFIX}samples"
+
+
+def flush_lock_key() -> str:
+    return f"{KEY_PREFIX}lock:flush"
+
+
+# --- ingest ---------------------------------------------------------------------------------
+def record_heartbeat(
+    *,
+    node_id: int,
+    node_name: str,
+    received_at: datetime,
+    hb: Heartbeat,
+    pipe: redis.client.Pipeline | None = None,
+) -> None:
+    """Store a beat's telemetry: replace the node's latest values, buffer its raw samples.
+
+    No database query. One Redis round trip, or none when the caller passes its own `pipe`
+    (the commands are queued there and run when the caller executes it). Samples are keyed by
+    `received_at` (ms): recording the same beat with the same time twice stores it once.
+    """
+    body = hb.model_dump_json(include=LATEST_FIELDS)
+    doc = f'{{"received_at":"{received_at.isoformat()}",{body[1:]}'
+    ms = int(received_at.timestamp() * 1000)
+    row = _encode([node_id, ms, [_sample_values(c) for c in hb.chips]])
+    ttl = int(settings.HEARTBEAT_INTERVAL_S * LATEST_TTL_BEATS)
+    if pipe is not None:
+        pipe.set(latest_key(node_name), doc, ex=ttl)
+        if hb.chips:
+            pipe.rpush(samples_key(), row)
+            pipe.ltrim(samples_key(), -MAX_BUFFERED_BEATS, -1)
+        return
+    r = get_redis()
+    pipe = r.pipeline(transaction=False)
+    pipe.set(latest_key(node_name), doc, ex=ttl)
+    if hb.chips:
+        pipe.rpush(samples_key(), row)
+    replies = pipe.execute()
+    if hb.chips and replies[1] > MAX_BUFFERED_BEATS:  # the flush is not keeping up
+        r.ltrim(samples_key(), -MAX_BUFFERED_BEATS, -1)
+
+
+# --- latest values --------------------------------------------------------------------------
+def stale_after_s() -> float:
+    """A node's latest values are stale once this many seconds old (its offline threshold)."""
+    return float(settings.HEARTBEAT_INTERVAL_S * settings.OFFLINE_AFTER_MISSED_BEATS)
+
+
+def _decorate(raw: bytes | None, now: datetime) -> dict | None:
+    if raw is None:
+        return None
+    doc = json.loads(raw)
+    received = datetime.fromisoformat(doc["received_at"])
+    if received.tzinfo is None:  # a caller passed a naive time: the console runs in UTC
+        received = received.replace(tzinfo=UTC)
+    age = (now - received).total_seconds()
+    doc["age_s"] = round(age, 3)
+    doc["stale"] = age > stale_after_s()
+    return doc
+
+
+def latest(node_name: str, *, now: datetime | None = None) -> dict | None:
+    """The node's last telemetry, or None when none arrived within LATEST_TTL_BEATS intervals.
+
+    The dict holds received_at, sent_at (ISO strings), chips, processes, telemetry_ok,
+    telemetry_reason, plus age_s and stale (older than the offline threshold) as of `now`.
+    """
+    return _decorate(get_redis().get(latest_key(node_name)), now or timezone.now())
+
+
+def latest_many(
+    node_names: Iterable[str], *, now: datetime | None = None
+) -> dict[str, dict | None]:
+    """`latest` for many nodes in one MGET round trip, keyed by name in the order given."""
+    names = list(node_names)
+    if not names:
+        return {}
+    now = now or timezone.now()
+    values = get_redis().mget([latest_key(n) for n in names])
+    return {name: _decorate(raw, now) for name, raw in zip(names, values, strict=True)}
+
+
+# --- flush ----------------------------------------------------------------------------------
+def flush_samples(*, batch: int = FLUSH_BATCH, max_batches: int = FLUSH_MAX_BATCHES) -> int:
+    """Move buffered samples from Redis into ChipSample; returns the beats consumed.
+
+    Each round reads the oldest `batch` beats (LRANGE), inserts them (one transaction,
+    conflicts ignored) and only then removes them (LTRIM). A crash between insert and trim
+    leaves them in the buffer: the next flush inserts them again and the unique
+    (node, npu, chip, time) constraint drops the duplicates — nothing is lost or doubled.
+    One flusher at a time (a Redis lock); a second one returns 0 at once. Beats of nodes
+    deleted meanwhile and rows that do not decode are dropped (logged).
+    """
+    r = get_redis()
+    lock = r.lock(flush_lock_key(), timeout=FLUSH_LOCK_TIMEOUT_S, blocking=False)
+    if not lock.acquire():
+        return 0
+    consumed = 0
+    try:
+        for _ in range(max_batches):
+            raw = r.lrange(samples_key(), 0, batch - 1)
+            if not raw:
+                break
+            store_samples(_decode(raw))
+            r.ltrim(samples_key(), len(raw), -1)
+            consumed += len(raw)
+            if len(raw) < batch:
+                break
+    finally:
+        try:
+            lock.release()
+        except redis.exceptions.LockError:
+            log.warning("telemetry flush outlived its lock (%ss)", FLUSH_LOCK_TIMEOUT_S)
+    return consumed
+
+
+def _decode(raw: list[bytes]) -> list[ChipSample]:
+    samples: dict[tuple, ChipSample] = {}
+    for item in raw:
+        try:
+            node_id, ms, chips = json.loads(item)
+            time = EPOCH + timedelta(milliseconds=int(ms))
+            for chip in chips:
+                sample = _sample(int(node_id), time, chip)
+                samples[(sample.node_id, sample.npu_id, sample.chip_id, time)] = sample
+        except (ValueError, TypeError, OverflowError) as exc:
+            log.warning("telemetry: dropped an undecodable buffered beat (%s): %.200r", exc, item)
+    return list(samples.values())
+
+
+def _sample(node_id: int, time: datetime, chip: list) -> ChipSample:
+    """A row from a buffered chip; out-of-range values become NULL so one bad agent cannot
+    wedge the flush (ids out of range raise ValueError: the beat is dropped)."""
+    npu, chip_id, aicore, hbm_used, hbm_total, mem_used, mem_total, temp, power, health = chip
+    if not (0 <= int(npu) <= SMALLINT_MAX and 0 <= int(chip_id) <= SMALLINT_MAX):
+        raise ValueError(f"npu/chip id out of range: {npu}/{chip_id}")
+    return ChipSample(
+        node_id=node_id,
+        npu_id=int(npu),
+        chip_id=int(chip_id),
+        time=time,
+        aicore_percent=_finite(aicore),
+        hbm_used_mb=_int32(hbm_used),
+        hbm_total_mb=_int32(hbm_total),
+        memory_used_mb=_int32(mem_used),
+        memory_total_mb=_int32(mem_total),
+        temperature_c=_finite(temp),
+        power_w=_finite(power),
+        health=HEALTH_CODES.get(health.strip().lower()) if isinstance(health, str) else None,
+    )
+
+
+def _finite(value) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def _int32(value) -> int | None:
+    if isinstance(value, int | float) and math.isfinite(value) and abs(value) < 2**31:
+        return int(value)
+    return None
+
+
+def store_samples(samples: list[ChipSample]) -> int:
+    """Insert samples, skipping ones already stored and ones whose node no longer exists.
+
+    Idempotent. Returns how many were offered for insert (after dropping unknown nodes).
+    """
+    if not samples:
+        return 0
+    node_ids = {s.node_id for s in samples}
+    known = set(Node.objects.filter(pk__in=node_ids).values_list("pk", flat=True))
+    if known != node_ids:
+        log.info("telemetry: dropped samples of deleted nodes %s", sorted(node_ids - known))
+        samples = [s for s in samples if s.node_id in known]
+    ChipSample.objects.bulk_create(samples, batch_size=1000, ignore_conflicts=True)
+    return len(samples)

@@ -1,0 +1,77 @@
+"""A real host agent (simulated NPUs) beats through a real Redis into a real console worker."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from console.accounts.services import Actor
+from console.inventory.checks import request_checks
+from console.inventory.enrollment import create_enrollment_token
+from console.inventory.heartbeats import mark_offline
+from console.inventory.models import Node, NodeCheckRun
+from tests.conftest import Proc, child_env
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.worker
+
+
+def start_agent(redis_url, token, tmp_path, name="sim-e2e"):
+    env = child_env(
+        redis_url,
+        NPU_AGENT_ENROLL_TOKEN=token,
+        NPU_AGENT_HEARTBEAT_S="1",
+        NPU_AGENT_BROKER_URL=redis_url,
+        NPU_AGENT_STATE_DIR=str(tmp_path / "agent"),
+    )
+    argv = [sys.executable, "-m", "workers", "agent", "--simulated", "--node-name", name]
+    return Proc(argv, env, tmp_path / f"agent-{name}.log")
+
+
+def test_agent_registers_reports_checks_goes_offline_and_comes_back(
+    console_worker, redis_url, admin_user, tmp_path, settings
+):
+    _, raw = create_enrollment_token(actor=Actor(user=admin_user, name="ada"), name="e2e")
+    agent = start_agent(redis_url, raw, tmp_path)
+    try:
+        node = wait_for(
+            lambda: Node.objects.filter(name="sim-e2e").first(), 60, message="the node to register"
+        )
+        assert node.simulated and node.status == "online"
+        wait_for(lambda: node.accelerators.count() > 0, 30, message="accelerators")
+        assert set(node.accelerators.values_list("vendor", flat=True)) == {"huawei"}
+
+        startup = wait_for(
+            lambda: NodeCheckRun.objects.filter(node=node, trigger="agent-start").first(),
+            30,
+            message="the agent-start checks",
+        )
+        names = {r["name"] for r in startup.results}
+        assert {"npu-smi", "driver-devices", "cann", "disk-space", "clock-skew"} <= names
+        run = request_checks(actor=Actor(user=admin_user, name="ada"), name="sim-e2e")
+        done = wait_for(
+            lambda: NodeCheckRun.objects.exclude(status="pending").filter(pk=run.pk).first(),
+            30,
+            message="the on-demand checks",
+        )
+        assert done.status in {"passed", "failed"} and done.results
+
+        agent.stop()
+        settings.HEARTBEAT_INTERVAL_S = 1
+        wait_for(
+            lambda: (
+                "sim-e2e" in mark_offline() or Node.objects.get(name="sim-e2e").status == "offline"
+            ),
+            30,
+            interval=0.5,
+            message="offline detection",
+        )
+        agent = start_agent(redis_url, raw, tmp_path)
+        wait_for(
+            lambda: Node.objects.get(name="sim-e2e").status == "online", 60, message="back online"
+        )
+    finally:
+        agent.stop()
+        if "Traceback" in console_worker.output():
+            print(console_worker.output()[-4000:])
