@@ -88,10 +88,16 @@ class Agent:
         return hb
 
     def heartbeat_loop(self) -> None:
+        """Beat every interval; after the first beat (which registers the node), run the
+        start-up checks once."""
+        checked = False
         while not self.stop.is_set():
             started = time.monotonic()
             try:
                 self.beat_once()
+                if not checked:
+                    checked = True
+                    self.report_checks(None, "agent-start")
             except Exception:  # noqa: BLE001 - the agent keeps beating whatever fails once
                 log.exception("heartbeat failed; retrying next interval")
             self.stop.wait(max(0.0, self.config.heartbeat_s - (time.monotonic() - started)))
@@ -137,7 +143,6 @@ def run(config: AgentConfig) -> int:
     agent = Agent(config)
     register_tasks(agent)
     threading.Thread(target=agent.heartbeat_loop, name="heartbeat", daemon=True).start()
-    threading.Thread(target=agent.report_checks, args=(None, "agent-start"), daemon=True).start()
     argv = [
         "worker",
         "-Q",

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from console.inventory.models import Accelerator, Node
+from console.inventory.models import Accelerator, EnrollmentToken, Node, NodeCheckRun
 
 
 class AcceleratorInline(admin.TabularInline):
@@ -40,3 +40,19 @@ class AcceleratorAdmin(admin.ModelAdmin):
     list_display = ["__str__", "model_name", "health", "hbm_total_mb", "bus_id", "isolated"]
     list_filter = ["health", "model_name", "isolated", "vendor"]
     search_fields = ["node__name", "bus_id", "serial"]
+
+
+@admin.register(EnrollmentToken)
+class EnrollmentTokenAdmin(admin.ModelAdmin):
+    list_display = ["name", "hint", "created_by", "created_at", "expires_at", "revoked_at"]
+    readonly_fields = ["key_hash", "hint", "created_at"]
+
+    def has_add_permission(self, request):
+        return False  # created on the Enrollment page so the value can be shown once
+
+
+@admin.register(NodeCheckRun)
+class NodeCheckRunAdmin(admin.ModelAdmin):
+    list_display = ["node", "trigger", "requested_by", "requested_at", "status"]
+    list_filter = ["status", "trigger"]
+    readonly_fields = ["results"]

@@ -20,6 +20,10 @@ ANSWER_TIMEOUT = timedelta(seconds=60)
 MAX_CLOCK_SKEW_S = 2.0
 
 
+class NodeNotRegistered(Exception):
+    """A report for a node the console does not know (yet): its first beat may be in flight."""
+
+
 class CheckReport(BaseModel):
     node: str
     run_id: int | None = None
@@ -75,7 +79,7 @@ def store_results(payload: dict, *, received_at: datetime | None = None) -> Node
         return None
     node = Node.objects.filter(name=report.node).first()
     if node is None:
-        return None
+        raise NodeNotRegistered(report.node)
     results = [*report.results, clock_skew_check(report.sent_at, received_at)]
     status = CheckRunStatus.PASSED if all(r.ok for r in results) else CheckRunStatus.FAILED
     with transaction.atomic():

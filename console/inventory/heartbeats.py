@@ -24,6 +24,7 @@ from console.hot import get_redis
 from console.inventory.enrollment import enrollment_token_id
 from console.inventory.models import Accelerator, Health, Node, NodeStatus
 from console.inventory.services import status_for, transition_node
+from console.telemetry.services import record_heartbeat
 from workers.contracts import Heartbeat
 
 log = logging.getLogger(__name__)
@@ -122,10 +123,8 @@ def ingest_heartbeat(payload: dict, *, received_at: datetime | None = None) -> i
         pipe.hset(_node_key(hb.node), mapping=updates)
     pipe.expire(_node_key(hb.node), 3600)
     pipe.zadd(SEEN_KEY, {hb.node: received_at.timestamp()})
+    record_heartbeat(node_id=node_id, node_name=hb.node, received_at=received_at, hb=hb, pipe=pipe)
     pipe.execute()
-    from console.telemetry.services import record_heartbeat
-
-    record_heartbeat(node_id=node_id, node_name=hb.node, received_at=received_at, hb=hb)
     return node_id
 
 

@@ -60,7 +60,9 @@ class Node(models.Model):
         default=False, help_text="telemetry replayed from captured samples"
     )
     telemetry_ok = models.BooleanField(default=True)
-    telemetry_reason = models.CharField(max_length=300, blank=True, help_text="why telemetry is degraded")
+    telemetry_reason = models.CharField(
+        max_length=300, blank=True, help_text="why telemetry is degraded"
+    )
     enrolled_with = models.ForeignKey(
         "EnrollmentToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="nodes"
     )

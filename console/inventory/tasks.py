@@ -33,9 +33,13 @@ def mark_offline() -> list[str]:
     return run()
 
 
-@shared_task(name=Tasks.CHECK_RESULTS, ignore_result=True)
-def check_results(payload: dict) -> None:
-    """Store an agent's node-check results (idempotent per run id)."""
-    from console.inventory.checks import store_results
+@shared_task(name=Tasks.CHECK_RESULTS, ignore_result=True, bind=True, max_retries=10)
+def check_results(self, payload: dict) -> None:
+    """Store an agent's node-check results (idempotent per run id). A report that overtakes
+    the node's first heartbeat is retried until the node is registered."""
+    from console.inventory.checks import NodeNotRegistered, store_results
 
-    store_results(payload)
+    try:
+        store_results(payload)
+    except NodeNotRegistered as exc:
+        raise self.retry(countdown=2) from exc

@@ -22,3 +22,13 @@ def test_migrations_applied_on_this_database(db):
         "accounts_apitoken",
         "accounts_auditentry",
     } <= set(tables)
+
+
+def test_every_model_is_registered_in_the_admin():
+    from django.apps import apps
+    from django.contrib import admin
+
+    ours = [m for m in apps.get_models() if m.__module__.startswith("console.") and m._meta.managed]
+    assert ours
+    missing = [m.__name__ for m in ours if m not in admin.site._registry]
+    assert not missing, f"not in the Django admin: {missing}"

@@ -7,59 +7,110 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inventory', '0001_initial'),
+        ("inventory", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='node',
-            name='telemetry_ok',
+            model_name="node",
+            name="telemetry_ok",
             field=models.BooleanField(default=True),
         ),
         migrations.AddField(
-            model_name='node',
-            name='telemetry_reason',
-            field=models.CharField(blank=True, help_text='why telemetry is degraded', max_length=300),
+            model_name="node",
+            name="telemetry_reason",
+            field=models.CharField(
+                blank=True, help_text="why telemetry is degraded", max_length=300
+            ),
         ),
         migrations.CreateModel(
-            name='EnrollmentToken',
+            name="EnrollmentToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('key_hash', models.CharField(editable=False, max_length=64, unique=True)),
-                ('hint', models.CharField(editable=False, max_length=12)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                ("key_hash", models.CharField(editable=False, max_length=64, unique=True)),
+                ("hint", models.CharField(editable=False, max_length=12)),
+                (
+                    "created_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.AddField(
-            model_name='node',
-            name='enrolled_with',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='nodes', to='inventory.enrollmenttoken'),
+            model_name="node",
+            name="enrolled_with",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="nodes",
+                to="inventory.enrollmenttoken",
+            ),
         ),
         migrations.CreateModel(
-            name='NodeCheckRun',
+            name="NodeCheckRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('trigger', models.CharField(default='on-demand', max_length=16)),
-                ('requested_by', models.CharField(blank=True, max_length=150)),
-                ('requested_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('passed', 'Passed'), ('failed', 'Failed'), ('timeout', 'No answer')], default='pending', max_length=16)),
-                ('results', models.JSONField(blank=True, default=list)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='check_runs', to='inventory.node')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("trigger", models.CharField(default="on-demand", max_length=16)),
+                ("requested_by", models.CharField(blank=True, max_length=150)),
+                ("requested_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("passed", "Passed"),
+                            ("failed", "Failed"),
+                            ("timeout", "No answer"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("results", models.JSONField(blank=True, default=list)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="check_runs",
+                        to="inventory.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-requested_at'],
-                'indexes': [models.Index(fields=['node', '-requested_at'], name='inventory_n_node_id_c304fe_idx')],
+                "ordering": ["-requested_at"],
+                "indexes": [
+                    models.Index(
+                        fields=["node", "-requested_at"], name="inventory_n_node_id_c304fe_idx"
+                    )
+                ],
             },
         ),
     ]

@@ -71,7 +71,9 @@ def test_agent_registers_reports_checks_goes_offline_and_comes_back(
         wait_for(
             lambda: Node.objects.get(name="sim-e2e").status == "online", 60, message="back online"
         )
+    except AssertionError:
+        print("--- console worker ---\n", console_worker.output()[-6000:])
+        print("--- agent ---\n", agent.output()[-6000:])
+        raise
     finally:
         agent.stop()
-        if "Traceback" in console_worker.output():
-            print(console_worker.output()[-4000:])

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 from workers.accelerators.ascend import parse_npu_smi_info
 from workers.accelerators.base import NpuChip, NpuSmiReport
 

@@ -1,0 +1,90 @@
+"""host_metrics and its /proc, /sys and /etc readers (fake trees for ARM and x86)."""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+
+from workers.accelerators.host import cpu_model, disk_usage, host_metrics, numa_nodes, os_name
+
+KUNPENG_CPUINFO = """processor\t: 0
+BogoMIPS\t: 200.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid
+CPU implementer\t: 0x48
+CPU architecture: 8
+CPU variant\t: 0x1
+CPU part\t: 0xd01
+CPU revision\t: 0
+"""
+
+
+def fake_root(tmp_path: Path, cpuinfo: str) -> Path:
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text(cpuinfo)
+    for node, cpus in (("node0", "0-47"), ("node1", "48-95"), ("node10", "96-127")):
+        (tmp_path / "sys/devices/system/node" / node).mkdir(parents=True)
+        (tmp_path / "sys/devices/system/node" / node / "cpulist").write_text(cpus + "\n")
+    (tmp_path / "sys/devices/system/node/possible").write_text("0-2\n")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/os-release").write_text(
+        'NAME="openEuler"\nPRETTY_NAME="openEuler 22.03 (LTS-SP4)"\n'
+    )
+    return tmp_path
+
+
+def test_kunpeng_920_is_named_from_implementer_and_part(tmp_path) -> None:
+    assert cpu_model(fake_root(tmp_path, KUNPENG_CPUINFO)) == "Kunpeng 920 (HiSilicon TSV110)"
+
+
+def test_other_arm_cpu_is_named_by_its_ids(tmp_path) -> None:
+    text = KUNPENG_CPUINFO.replace("0x48", "0x41").replace("0xd01", "0xd0c")
+    assert cpu_model(fake_root(tmp_path, text)) == "ARM implementer 0x41 part 0xd0c"
+
+
+def test_x86_model_name(tmp_path) -> None:
+    text = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz\n"
+    assert cpu_model(fake_root(tmp_path, text)) == "Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz"
+
+
+def test_numa_nodes_in_numeric_order(tmp_path) -> None:
+    assert numa_nodes(fake_root(tmp_path, "")) == {
+        "node0": "0-47",
+        "node1": "48-95",
+        "node10": "96-127",
+    }
+
+
+def test_os_pretty_name_and_missing_release(tmp_path) -> None:
+    assert os_name(fake_root(tmp_path, "")) == "openEuler 22.03 (LTS-SP4)"
+    assert os_name(tmp_path / "empty") is None
+
+
+def test_unreadable_disk_path_reports_an_error(tmp_path) -> None:
+    disks = disk_usage([str(tmp_path), str(tmp_path / "absent")])
+    assert disks[str(tmp_path)]["total_mb"] > 0
+    assert "error" in disks[str(tmp_path / "absent")]
+
+
+def test_host_metrics_keys_and_no_blocking(tmp_path) -> None:
+    started = time.monotonic()
+    metrics = host_metrics([str(tmp_path)], root=fake_root(tmp_path, KUNPENG_CPUINFO))
+    assert time.monotonic() - started < 0.5
+    assert set(metrics) == {
+        "hostname", "arch", "cpu_model", "cpu_cores", "cpu_percent", "load_avg",
+        "memory_total_mb", "memory_used_mb", "disks", "numa_node_count", "numa_cpulists",
+        "os", "kernel",
+    }  # fmt: skip
+    assert metrics["arch"] == platform.machine()
+    assert metrics["cpu_model"] == "Kunpeng 920 (HiSilicon TSV110)"
+    assert metrics["cpu_cores"]["logical"] >= 1 and len(metrics["load_avg"]) == 3
+    assert 0 < metrics["memory_used_mb"] <= metrics["memory_total_mb"]
+    assert metrics["numa_node_count"] == 3
+    assert metrics["os"] == "openEuler 22.03 (LTS-SP4)"
+    assert 0.0 <= metrics["cpu_percent"] <= 100.0
+
+
+def test_real_host_metrics_are_filled() -> None:
+    metrics = host_metrics()
+    assert metrics["hostname"] and metrics["kernel"] == platform.release()
+    assert metrics["disks"]["/"]["total_mb"] > 0

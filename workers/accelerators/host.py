@@ -1,0 +1,113 @@
+"""Host metrics for the heartbeat: CPU, memory, disks, NUMA, OS. Fast (no sleeping).
+
+Kunpeng hosts are aarch64: the CPU model comes from /proc/cpuinfo "model name" on x86
+and from "CPU implementer"/"CPU part" on ARM, never assuming x86.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+# (CPU implementer, CPU part) of /proc/cpuinfo on ARM -> marketing name.
+ARM_CPUS = {("0x48", "0xd01"): "Kunpeng 920 (HiSilicon TSV110)"}
+_MB = 1024 * 1024
+
+
+def _cpuinfo_fields(text: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def cpu_model(root: str | Path = "/") -> str | None:
+    """CPU model name from /proc/cpuinfo; platform.processor() when it says nothing."""
+    try:
+        text = (Path(root) / "proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        text = ""
+    fields = _cpuinfo_fields(text)
+    if fields.get("model name"):
+        return fields["model name"]
+    implementer = fields.get("CPU implementer", "").lower()
+    part = fields.get("CPU part", "").lower()
+    if implementer and part:
+        return ARM_CPUS.get((implementer, part), f"ARM implementer {implementer} part {part}")
+    return platform.processor() or None
+
+
+def os_name(root: str | Path = "/") -> str | None:
+    """PRETTY_NAME of /etc/os-release (or /usr/lib/os-release); None if neither."""
+    for relative in ("etc/os-release", "usr/lib/os-release"):
+        try:
+            text = (Path(root) / relative).read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip().strip("\"'") or None
+    return None
+
+
+def numa_nodes(root: str | Path = "/") -> dict[str, str]:
+    """NUMA node name -> cpu list as the kernel prints it ({"node0": "0-23"})."""
+    base = Path(root) / "sys/devices/system/node"
+    nodes = {}
+    for path in sorted(base.glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
+        try:
+            nodes[path.name] = (path / "cpulist").read_text().strip()
+        except OSError:
+            nodes[path.name] = ""
+    return nodes
+
+
+def disk_usage(paths: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """total/used/free MB per path; {"error": ...} for a path that cannot be read."""
+    disks: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        try:
+            usage = psutil.disk_usage(path)
+        except OSError as exc:
+            disks[path] = {"error": exc.strerror or str(exc)}
+            continue
+        disks[path] = {
+            "total_mb": usage.total // _MB,
+            "used_mb": usage.used // _MB,
+            "free_mb": usage.free // _MB,
+        }
+    return disks
+
+
+def host_metrics(paths: Iterable[str] = ("/",), root: str | Path = "/") -> dict[str, Any]:
+    """A snapshot of this host. Returns without blocking: cpu_percent is measured
+    since the previous call in this process (psutil interval=None; 0.0 the first time).
+    Memory "used" is total minus available."""
+    memory = psutil.virtual_memory()
+    numa = numa_nodes(root)
+    return {
+        "hostname": socket.gethostname(),
+        "arch": platform.machine(),
+        "cpu_model": cpu_model(root),
+        "cpu_cores": {
+            "logical": psutil.cpu_count(logical=True),
+            "physical": psutil.cpu_count(logical=False),
+        },
+        "cpu_percent": psutil.cpu_percent(interval=None),
+        "load_avg": list(os.getloadavg()),
+        "memory_total_mb": memory.total // _MB,
+        "memory_used_mb": (memory.total - memory.available) // _MB,
+        "disks": disk_usage(paths),
+        "numa_node_count": len(numa),
+        "numa_cpulists": numa,
+        "os": os_name(root),
+        "kernel": platform.release(),
+    }

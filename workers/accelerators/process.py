@@ -1,0 +1,93 @@
+"""Run a vendor tool (npu-smi, nvidia-smi) with a hard time limit.
+
+The tool runs from an argv list (never a shell), in its own session so that on timeout
+the whole process group is killed: a wrapper script's children cannot keep the pipes
+open and make the caller hang.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class ToolRun:
+    """Outcome of one run. `error` is set (and returncode None) when the tool could
+    not be started or was killed on timeout."""
+
+    command: str  # tool name and arguments, for messages: "npu-smi info -m"
+    returncode: int | None
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None
+
+    def failure(self) -> str | None:
+        """One line saying why the run is unusable, or None if it exited 0."""
+        if self.error is not None:
+            return self.error
+        if self.returncode == 0:
+            return None
+        detail = first_line(self.stderr) or first_line(self.stdout) or "no output"
+        return f"{self.command} exited with status {self.returncode}: {detail}"
+
+
+def first_line(text: str) -> str:
+    """The first non-blank line of text, stripped ('' if none)."""
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def run_tool(argv: Sequence[str], timeout: float, label: str | None = None) -> ToolRun:
+    """Run argv, wait at most `timeout` seconds, never raise for tool problems.
+
+    `label` names the command in messages (default: tool name and arguments).
+
+    Guarantees: returns within about timeout + 1 s; a timed-out tool and its process
+    group are sent SIGKILL; output is decoded as UTF-8 with replacement.
+    """
+    tool = os.path.basename(argv[0])
+    command = label or " ".join([tool, *argv[1:]])
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        where = "on PATH" if argv[0] == tool else f"at {argv[0]}"
+        return ToolRun(command, None, error=f"{tool} not found {where}")
+    except OSError as exc:
+        return ToolRun(command, None, error=f"{tool} could not be started: {exc}")
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return ToolRun(command, None, error=f"{tool} timed out after {timeout:g}s")
+    return ToolRun(command, proc.returncode, _decode(out), _decode(err))
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    try:
+        proc.communicate(timeout=1.0)
+    except subprocess.TimeoutExpired:
+        # A grandchild left the group and still holds a pipe: stop reading.
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+        proc.wait()
+
+
+def _decode(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", errors="replace")

@@ -1,0 +1,85 @@
+"""Versions of the Ascend stack on this host: driver, firmware, CANN, Python packages.
+
+Files are read under `root` (tests build a fake tree); packages are looked up with
+importlib.metadata, without importing them (importing torch/vllm takes seconds).
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from importlib import metadata
+from pathlib import Path
+
+ASCEND = "usr/local/Ascend"
+PACKAGES = {
+    "vllm": "vllm",
+    "vllm_ascend": "vllm-ascend",
+    "torch": "torch",
+    "torch_npu": "torch-npu",
+}
+# latest/version.cfg lines look like `toolkit_running_version=[7.3.0.1.231:8.0.RC2]`
+# (inner package version, then the CANN release), as pasted in public CANN READMEs.
+_RUNNING_VERSION = re.compile(r"\[?[^:\]]*:([^\]]+)\]?")
+
+
+def read_key_values(path: Path) -> dict[str, str]:
+    """`key=value` lines of a file (keys lower-cased); {} when it cannot be read."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return {key.strip().lower(): value.strip() for key, value in pairs}
+
+
+def _version_of(path: Path) -> str | None:
+    return read_key_values(path).get("version") or None
+
+
+def _toolkit_candidates(root: Path) -> list[Path]:
+    arch = platform.machine()
+    candidates = []
+    for base in (root / ASCEND / "ascend-toolkit/latest", root / ASCEND / "cann"):
+        candidates.append(base / f"{arch}-linux/ascend_toolkit_install.info")
+        candidates.extend(sorted(base.glob("*-linux/ascend_toolkit_install.info")))
+        candidates.append(base / "ascend_toolkit_install.info")
+    return candidates
+
+
+def cann_version(root: Path) -> str | None:
+    """CANN toolkit version: ascend_toolkit_install.info `version=`, or version.cfg."""
+    for path in _toolkit_candidates(root):
+        version = _version_of(path)
+        if version:
+            return version
+    cfg = read_key_values(root / ASCEND / "ascend-toolkit/latest/version.cfg")
+    if cfg.get("version"):
+        return cfg["version"]
+    match = _RUNNING_VERSION.fullmatch(cfg.get("toolkit_running_version", ""))
+    return match[1] if match else None
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions of vllm, vllm-ascend, torch and torch-npu (None if absent)."""
+    versions: dict[str, str | None] = {}
+    for key, distribution in PACKAGES.items():
+        try:
+            versions[key] = metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            versions[key] = None
+    return versions
+
+
+def detect_versions(root: str | Path = "/") -> dict[str, str | None]:
+    """Keys npu_driver, npu_firmware, cann_toolkit, vllm, vllm_ascend, torch, torch_npu.
+
+    Missing files or packages give None; never raises for a missing or unreadable file.
+    """
+    base = Path(root)
+    return {
+        "npu_driver": _version_of(base / ASCEND / "driver/version.info"),
+        "npu_firmware": _version_of(base / ASCEND / "firmware/version.info"),
+        "cann_toolkit": cann_version(base),
+        **package_versions(),
+    }
