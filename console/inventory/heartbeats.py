@@ -29,6 +29,8 @@ from workers.contracts import Heartbeat
 
 log = logging.getLogger(__name__)
 SEEN_KEY = "npc:seen"
+STATE_FIELDS = ("id", "status", "static", "chips", "db_at")
+_node_ids: dict[str, int] = {}  # node name -> id, per process (ids never change)
 DB_BEAT_EVERY_S = 60.0
 
 
@@ -110,21 +112,29 @@ def ingest_heartbeat(payload: dict, *, received_at: datetime | None = None) -> i
         )
         return None
     r = get_redis()
-    cached = {k.decode(): v.decode() for k, v in r.hgetall(_node_key(hb.node)).items()}
-    fresh = not cached
-    if fresh:
-        cached = _load_or_register(hb, token_id, received_at)
-    node_id = int(cached["id"])
-    updates = _apply_changes(hb, cached, node_id, received_at)
-    if fresh:  # cache the whole state, not only what changed
-        updates = {**cached, **updates}
+    key = _node_key(hb.node)
+    node_id = _node_ids.get(hb.node)
+    if node_id is None:  # first beat seen by this process: find or register the node
+        node_id = int(_load_or_register(hb, token_id, received_at)["id"])
+        _node_ids[hb.node] = node_id
+    # One round trip in steady state: read the cached state while writing the beat.
     pipe = r.pipeline(transaction=False)
-    if updates:
-        pipe.hset(_node_key(hb.node), mapping=updates)
-    pipe.expire(_node_key(hb.node), 3600)
+    pipe.hmget(key, STATE_FIELDS)
+    pipe.expire(key, 3600)
     pipe.zadd(SEEN_KEY, {hb.node: received_at.timestamp()})
     record_heartbeat(node_id=node_id, node_name=hb.node, received_at=received_at, hb=hb, pipe=pipe)
-    pipe.execute()
+    values = pipe.execute()[0]
+    cached = {f: v.decode() for f, v in zip(STATE_FIELDS, values, strict=True) if v is not None}
+    if cached.get("id") != str(node_id):  # state evicted (Redis restart) or node re-created
+        _node_ids.pop(hb.node, None)
+        cached = _load_or_register(hb, token_id, received_at)
+        node_id = int(cached["id"])
+        _node_ids[hb.node] = node_id
+        updates = {**cached, **_apply_changes(hb, cached, node_id, received_at)}
+    else:
+        updates = _apply_changes(hb, cached, node_id, received_at)
+    if updates:  # a second round trip only when something changed
+        r.hset(key, mapping=updates)
     return node_id
 
 
@@ -243,3 +253,14 @@ def mark_offline(now: datetime | None = None) -> list[str]:
                 marked.append(name)
         r.hset(_node_key(name), "status", NodeStatus.OFFLINE)
     return marked
+
+
+def forget_node(name: str) -> None:
+    """Drop a node's cached heartbeat state (called when the node is deleted)."""
+    _node_ids.pop(name, None)
+    try:
+        r = get_redis()
+        r.delete(_node_key(name))
+        r.zrem(SEEN_KEY, name)
+    except Exception:  # noqa: BLE001 - Redis down: the cached id check re-syncs on the next beat
+        log.warning("could not drop the cached state of deleted node %s", name)
