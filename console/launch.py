@@ -14,10 +14,16 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from console.boot import setup_django
 
 GRACE_S = 10.0
+# The demo agent replays a real 8-NPU Atlas 800 (910) capture with two NPUs in Warning.
+DEMO_SAMPLE = (
+    Path(__file__).resolve().parent.parent
+    / "workers/accelerators/samples/npu-smi-info-910-atlas800-9010-v24.1rc2-warning-procs.txt"
+)
 
 
 def _children(args: argparse.Namespace) -> dict[str, list[str]]:
@@ -63,7 +69,7 @@ def _children(args: argparse.Namespace) -> dict[str, list[str]]:
             str(args.var_dir / "celerybeat-schedule"),
         ],
         "agent": [py, "-m", "workers", "agent"],
-        "demo-agent": [py, "-m", "workers", "agent", "--simulated", "--node-name", "demo-sim-910b"],
+        "demo-agent": [py, "-m", "workers", "agent", "--simulated", "--node-name", "demo-sim-atlas800"],
     }
 
 
@@ -152,7 +158,8 @@ def main() -> int:
         for name, argv in _children(args).items():
             if (name == "agent" and args.no_agent) or (name == "demo-agent" and not args.demo):
                 continue
-            procs[name] = subprocess.Popen(argv, env=env, start_new_session=True)
+            child_env = dict(env, NPU_AGENT_SIM_SAMPLE=str(DEMO_SAMPLE)) if name == "demo-agent" else env
+            procs[name] = subprocess.Popen(argv, env=child_env, start_new_session=True)
         print(
             f"[launch] console on http://{args.host}:{args.port}/  (Ctrl-C stops everything)",
             flush=True,

@@ -16,7 +16,7 @@ from tests.helpers import client_for, make_user, wait_for
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def redis_url():
     """REDIS_URL when set (CI's real Redis), else an embedded Redis on a private unix socket."""
     from django.conf import settings

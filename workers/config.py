@@ -29,6 +29,7 @@ class AgentConfig:
     npu_smi: str = "npu-smi"
     npu_smi_timeout_s: float = 10.0
     state_dir: Path = field(default_factory=lambda: Path.home() / ".npu-agent")
+    sample_path: str | None = None  # simulated provider: which real capture to replay
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
@@ -68,4 +69,5 @@ class AgentConfig:
             npu_smi=env.get("NPU_SMI_PATH", "npu-smi"),
             npu_smi_timeout_s=timeout,
             state_dir=Path(env.get("NPU_AGENT_STATE_DIR") or Path.home() / ".npu-agent"),
+            sample_path=env.get("NPU_AGENT_SIM_SAMPLE") or None,
         )

@@ -69,6 +69,21 @@ def clock_skew_check(sent_at: datetime, received_at: datetime) -> CheckResult:
     )
 
 
+def _skew_times(report: CheckReport, received_at: datetime) -> tuple[datetime, datetime]:
+    """(sent, received) for the clock-skew check: the node's latest heartbeat when there is
+    one (ingested within milliseconds of arriving), else this report, whose delivery may have
+    waited in a retry."""
+    from console.telemetry.services import latest
+
+    try:
+        beat = latest(report.node)
+    except Exception:  # noqa: BLE001 - Redis down: fall back to the report itself
+        beat = None
+    if beat and beat.get("sent_at") and beat.get("received_at"):
+        return datetime.fromisoformat(beat["sent_at"]), datetime.fromisoformat(beat["received_at"])
+    return report.sent_at, received_at
+
+
 def store_results(payload: dict, *, received_at: datetime | None = None) -> NodeCheckRun | None:
     """Store an agent's report on its run (or a new run for agent-start checks). Idempotent."""
     received_at = received_at or timezone.now()
@@ -80,7 +95,7 @@ def store_results(payload: dict, *, received_at: datetime | None = None) -> Node
     node = Node.objects.filter(name=report.node).first()
     if node is None:
         raise NodeNotRegistered(report.node)
-    results = [*report.results, clock_skew_check(report.sent_at, received_at)]
+    results = [*report.results, clock_skew_check(*_skew_times(report, received_at))]
     status = CheckRunStatus.PASSED if all(r.ok for r in results) else CheckRunStatus.FAILED
     with transaction.atomic():
         run = None

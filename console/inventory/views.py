@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import redis
 from django.contrib import messages
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
@@ -14,7 +15,7 @@ from console.errors import DomainError
 from console.inventory import checks, enrollment, live, services
 from console.inventory.api import NodeFilters, filter_nodes
 from console.inventory.models import Accelerator, EnrollmentToken, Health, Node, NodeStatus
-from console.telemetry.services import latest, latest_many
+from console.telemetry import services as telemetry
 
 
 def fleet_counts() -> dict:
@@ -34,18 +35,27 @@ def fleet_counts() -> dict:
     return {"nodes": nodes, "npus": npus}
 
 
+def _hot(fn, arg, *, default):
+    """Live values from Redis; when Redis is down the page still renders and says so."""
+    try:
+        return fn(arg), None
+    except redis.RedisError as exc:
+        return default, f"live telemetry unavailable: cannot reach Redis ({exc.__class__.__name__})"
+
+
 @role_required("viewer")
 def dashboard(request):
     metric = request.GET.get("metric", "aicore")
     metric = metric if metric in live.METRICS else "aicore"
     nodes = list(Node.objects.only("name", "status", "simulated").order_by("name"))
-    latest = latest_many([n.name for n in nodes])
+    latest, hot_error = _hot(telemetry.latest_many, [n.name for n in nodes], default={})
     context = {
         "counts": fleet_counts(),
         "totals": live.fleet_totals(latest),
         "heatmap": live.heatmap(nodes, latest, metric),
         "metric": metric,
         "metrics": live.METRICS,
+        "hot_error": hot_error,
         "recent": AuditEntry.objects.all()[:10],
     }
     template = "inventory/dashboard.html#live" if request.htmx else "inventory/dashboard.html"
@@ -72,12 +82,14 @@ def node_list(request):
 @role_required("viewer")
 def node_detail(request, name: str):
     node = get_object_or_404(Node, name=name)
-    data = latest(node.name)
+    data, hot_error = _hot(telemetry.latest, node.name, default=None)
     context = {
         "node": node,
         "latest": data,
+        "hot_error": hot_error,
         "npus": live.npu_rows(data),
         "charts": live.node_charts(node.pk),
+        "check_run": node.check_runs.first(),
         "accelerators": node.accelerators.all(),
         "events": AuditEntry.objects.filter(object_type="inventory.node", object_id=str(node.pk))[
             :20

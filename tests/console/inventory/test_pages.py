@@ -49,3 +49,43 @@ def test_page_action_with_bad_input_shows_the_reason(operator_client):
     )
     assert "needs a reason" in resp.content.decode()
     assert not Accelerator.objects.get(pk=acc.pk).isolated
+
+
+def test_node_page_shows_the_latest_check_run_with_fixes(viewer_client):
+    from console.inventory.models import NodeCheckRun
+
+    node = make_node("n1")
+    NodeCheckRun.objects.create(
+        node=node,
+        status="failed",
+        trigger="agent-start",
+        results=[
+            {
+                "name": "driver-devices",
+                "ok": False,
+                "evidence": "0 /dev/davinciN",
+                "fix": "load the NPU driver",
+            },
+            {"name": "cann", "ok": True, "evidence": "present", "fix": ""},
+        ],
+    )
+    body = viewer_client.get("/nodes/n1/").content.decode()
+    assert "driver-devices" in body and "load the NPU driver" in body and "agent-start" in body
+
+
+def test_run_checks_button_records_a_pending_run(operator_client, redis_url):
+    from console.inventory.models import NodeCheckRun
+
+    make_node("n1")
+    operator_client.post("/nodes/n1/checks")
+    run = NodeCheckRun.objects.get(node__name="n1")
+    assert (run.status, run.requested_by) == ("pending", "otto")
+
+
+def test_pages_render_and_say_so_when_redis_is_down(viewer_client, settings):
+    make_node("n1", npus=1)
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    for path in ("/", "/nodes/n1/"):
+        resp = viewer_client.get(path)
+        assert resp.status_code == 200
+        assert "live telemetry unavailable" in resp.content.decode()
