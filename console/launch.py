@@ -69,7 +69,15 @@ def _children(args: argparse.Namespace) -> dict[str, list[str]]:
             str(args.var_dir / "celerybeat-schedule"),
         ],
         "agent": [py, "-m", "workers", "agent"],
-        "demo-agent": [py, "-m", "workers", "agent", "--simulated", "--node-name", "demo-sim-atlas800"],
+        "demo-agent": [
+            py,
+            "-m",
+            "workers",
+            "agent",
+            "--simulated",
+            "--node-name",
+            "demo-sim-atlas800",
+        ],
     }
 
 
@@ -158,7 +166,9 @@ def main() -> int:
         for name, argv in _children(args).items():
             if (name == "agent" and args.no_agent) or (name == "demo-agent" and not args.demo):
                 continue
-            child_env = dict(env, NPU_AGENT_SIM_SAMPLE=str(DEMO_SAMPLE)) if name == "demo-agent" else env
+            child_env = (
+                dict(env, NPU_AGENT_SIM_SAMPLE=str(DEMO_SAMPLE)) if name == "demo-agent" else env
+            )
             procs[name] = subprocess.Popen(argv, env=child_env, start_new_session=True)
         print(
             f"[launch] console on http://{args.host}:{args.port}/  (Ctrl-C stops everything)",

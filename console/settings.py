@@ -64,6 +64,7 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BEAT_SCHEDULE = {
     "mark-offline": {"task": "inventory.mark_offline", "schedule": 5.0},
+    "reconcile": {"task": "deployments.reconcile", "schedule": 5.0},
     "flush-samples": {"task": "telemetry.flush_samples", "schedule": 5.0},
     "rollup": {"task": "telemetry.rollup", "schedule": 60.0},
     "purge": {"task": "telemetry.purge", "schedule": 3600.0},
@@ -83,6 +84,7 @@ INSTALLED_APPS = [
     "console.accounts",
     "console.inventory",
     "console.telemetry",
+    "console.deployments",
 ]
 
 MIDDLEWARE = [

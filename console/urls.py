@@ -9,6 +9,7 @@ urlpatterns = [
     path("api/docs", RedirectView.as_view(url="/api/v1/docs", permanent=False)),
     path("api/v1/", api.urls),
     path("", include("console.telemetry.urls")),
+    path("", include("console.deployments.urls")),
     path("", include("console.accounts.urls")),
     path("", include("console.inventory.urls")),
 ]

@@ -64,6 +64,7 @@ def _static_fields(hb: Heartbeat) -> dict:
         "cann_version": str(versions.get("cann_toolkit") or "")[:64],
         "npu_smi_version": str(versions.get("npu_smi") or "")[:64],
         "agent_version": hb.agent_version[:32],
+        "software": {k: versions.get(k) for k in ("vllm", "vllm_ascend", "torch", "torch_npu")},
         "simulated": hb.simulated,
         "telemetry_ok": hb.telemetry_ok,
         "telemetry_reason": (hb.telemetry_reason or "")[:300],

@@ -59,6 +59,9 @@ class Node(models.Model):
     simulated = models.BooleanField(
         default=False, help_text="telemetry replayed from captured samples"
     )
+    software = models.JSONField(
+        default=dict, blank=True, help_text="vllm, vllm-ascend, torch, torch-npu…"
+    )
     telemetry_ok = models.BooleanField(default=True)
     telemetry_reason = models.CharField(
         max_length=300, blank=True, help_text="why telemetry is degraded"

@@ -1,0 +1,45 @@
+from django.contrib import admin
+
+from console.deployments.models import Deployment, NpuAllocation, Replica, ReplicaEvent
+
+
+@admin.register(Deployment)
+class DeploymentAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "served_model_name",
+        "device",
+        "replicas",
+        "desired_state",
+        "spec_version",
+    ]
+    list_filter = ["desired_state", "device"]
+    search_fields = ["name", "served_model_name", "model_path"]
+
+
+@admin.register(Replica)
+class ReplicaAdmin(admin.ModelAdmin):
+    list_display = [
+        "__str__",
+        "node",
+        "port",
+        "pid",
+        "generation",
+        "state",
+        "state_changed_at",
+        "restarts",
+    ]
+    list_filter = ["state"]
+
+
+@admin.register(NpuAllocation)
+class NpuAllocationAdmin(admin.ModelAdmin):
+    list_display = ["accelerator", "replica", "created_at"]
+
+
+@admin.register(ReplicaEvent)
+class ReplicaEventAdmin(admin.ModelAdmin):
+    list_display = ["at", "replica", "from_state", "to_state", "reason"]
+
+    def has_change_permission(self, request, obj=None):
+        return False

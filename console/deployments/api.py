@@ -1,0 +1,126 @@
+"""REST routes for deployments and replicas: thin adapters over services."""
+
+from ninja import Router
+from ninja.pagination import LimitOffsetPagination, paginate
+
+from console.accounts.services import actor_from_request
+from console.deployments import services
+from console.deployments.models import Deployment, Replica, ReplicaEvent
+from console.deployments.schemas import (
+    DeploymentIn,
+    DeploymentOut,
+    ReplicaDetailOut,
+    ReplicaEventOut,
+    ReplicaOut,
+    ScaleIn,
+)
+from console.errors import Invalid, NotFound
+
+router = Router(tags=["deployments"])
+
+
+def _spec(payload: DeploymentIn) -> tuple[dict, str | None]:
+    data = payload.model_dump()
+    data.pop("name"), data.pop("desired_state")
+    return data, data.pop("pinned_node")
+
+
+@router.get("/deployments", response=list[DeploymentOut])
+@paginate(LimitOffsetPagination)
+def list_deployments(request):
+    return Deployment.objects.select_related("pinned_node").prefetch_related("replica_set")
+
+
+@router.post("/deployments", response={201: DeploymentOut})
+def create_deployment(request, payload: DeploymentIn):
+    spec, pinned = _spec(payload)
+    dep = services.create_deployment(
+        actor=actor_from_request(request),
+        name=payload.name,
+        spec=spec,
+        pinned_node=pinned,
+        desired_state=payload.desired_state,
+    )
+    if payload.desired_state == "running":
+        services.set_desired(actor=actor_from_request(request), name=dep.name, state="running")
+    return 201, dep
+
+
+@router.get("/deployments/{name}", response=DeploymentOut)
+def get_deployment(request, name: str):
+    return services.get_deployment(name)
+
+
+@router.put("/deployments/{name}", response=DeploymentOut)
+def update_deployment(request, name: str, payload: DeploymentIn):
+    if payload.name != name:
+        raise Invalid("a deployment cannot be renamed", field="name")
+    spec, pinned = _spec(payload)
+    return services.update_deployment(
+        actor=actor_from_request(request), name=name, spec=spec, pinned_node=pinned
+    )
+
+
+@router.delete("/deployments/{name}", response={204: None})
+def delete_deployment(request, name: str):
+    services.delete_deployment(actor=actor_from_request(request), name=name)
+    return 204, None
+
+
+@router.post("/deployments/{name}/start", response=DeploymentOut)
+def start(request, name: str):
+    return services.set_desired(actor=actor_from_request(request), name=name, state="running")
+
+
+@router.post("/deployments/{name}/stop", response=DeploymentOut)
+def stop(request, name: str):
+    return services.set_desired(actor=actor_from_request(request), name=name, state="stopped")
+
+
+@router.post("/deployments/{name}/restart", response=DeploymentOut)
+def restart(request, name: str):
+    return services.restart_deployment(actor=actor_from_request(request), name=name)
+
+
+@router.post("/deployments/{name}/scale", response=DeploymentOut)
+def scale(request, name: str, payload: ScaleIn):
+    dep = services.get_deployment(name)
+    return services.set_desired(
+        actor=actor_from_request(request),
+        name=name,
+        state=dep.desired_state,
+        replicas=payload.replicas,
+    )
+
+
+@router.get("/deployments/{name}/replicas", response=list[ReplicaOut])
+def list_replicas(request, name: str):
+    dep = services.get_deployment(name)
+    return list(
+        dep.replica_set.select_related("node", "deployment").prefetch_related(
+            "allocations__accelerator"
+        )
+    )
+
+
+def _replica(replica_id: int) -> Replica:
+    replica = (
+        Replica.objects.select_related("node", "deployment")
+        .prefetch_related("allocations__accelerator")
+        .filter(pk=replica_id)
+        .first()
+    )
+    if replica is None:
+        raise NotFound(f"no replica with id {replica_id}", field="replica_id")
+    return replica
+
+
+@router.get("/replicas/{replica_id}", response=ReplicaDetailOut)
+def get_replica(request, replica_id: int):
+    return _replica(replica_id)
+
+
+@router.get("/replicas/{replica_id}/events", response=list[ReplicaEventOut])
+@paginate(LimitOffsetPagination)
+def replica_events(request, replica_id: int):
+    return ReplicaEvent.objects.filter(replica=_replica(replica_id))

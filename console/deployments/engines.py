@@ -1,0 +1,168 @@
+"""Between the console and the agents' engine supervisors: dispatch and reports."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+
+from django.db import transaction
+from pydantic import ValidationError
+
+from console.deployments import scheduler
+from console.deployments.models import Replica, ReplicaState
+from console.deployments.services import transition_replica
+from console.hot import get_redis
+from workers.contracts import EnginePhase, EngineReport, EngineSpec, Tasks, host_queue
+
+log = logging.getLogger(__name__)
+PHASE_TO_STATE = {
+    EnginePhase.STARTING: ReplicaState.STARTING,
+    EnginePhase.LOADING: ReplicaState.LOADING,
+    EnginePhase.READY: ReplicaState.READY,
+    EnginePhase.UNHEALTHY: ReplicaState.UNHEALTHY,
+    EnginePhase.STOPPING: ReplicaState.STOPPING,
+    EnginePhase.STOPPED: ReplicaState.STOPPED,
+    EnginePhase.FAILED: ReplicaState.FAILED,
+    EnginePhase.BACKOFF: ReplicaState.FAILED,
+    EnginePhase.CRASH_LOOP: ReplicaState.CRASH_LOOP,
+}
+METRICS_TTL_S = 60
+
+
+def metrics_key(replica_id: int) -> str:
+    return f"npc:engine:{replica_id}"
+
+
+def build_spec(replica: Replica) -> EngineSpec:
+    dep = replica.deployment
+    chips = sorted(a.accelerator for a in replica.allocations.select_related("accelerator"))
+    return EngineSpec(
+        replica_id=replica.pk,
+        generation=replica.generation,
+        deployment=dep.name,
+        model_path=dep.model_path,
+        served_model_name=dep.served_model_name,
+        port=replica.port,
+        host="127.0.0.1" if dep.device == "cpu" else "0.0.0.0",  # noqa: S104 - engines serve the gateway
+        npu_ids=[c.logic_id if c.logic_id is not None else c.npu_id for c in chips],
+        device=dep.device,
+        tensor_parallel_size=dep.tensor_parallel_size,
+        pipeline_parallel_size=dep.pipeline_parallel_size,
+        dtype=dep.dtype,
+        max_model_len=dep.max_model_len,
+        max_num_seqs=dep.max_num_seqs,
+        max_num_batched_tokens=dep.max_num_batched_tokens,
+        gpu_memory_utilization=(dep.gpu_memory_utilization if dep.device == "npu" else None),
+        block_size=dep.block_size,
+        swap_space=dep.swap_space,
+        enforce_eager=dep.enforce_eager,
+        quantization=dep.quantization or None,
+        trust_remote_code=dep.trust_remote_code,
+        extra_args=list(dep.extra_args),
+        extra_env=dict(dep.extra_env),
+    )
+
+
+def dispatch_start(replica: Replica) -> None:
+    """Send the start after the transaction commits. Idempotent on the agent per generation."""
+    spec = build_spec(replica).model_dump(mode="json")
+    node = replica.node.name
+
+    def send():
+        from console.celery import app
+
+        app.send_task(
+            Tasks.HOST_START_REPLICA, args=[spec], queue=host_queue(node), ignore_result=True
+        )
+
+    transaction.on_commit(send)
+
+
+def dispatch_stop(node_name: str, replica_id: int, generation: int | None) -> None:
+    def send():
+        from console.celery import app
+
+        app.send_task(
+            Tasks.HOST_STOP_REPLICA,
+            args=[replica_id, generation],
+            queue=host_queue(node_name),
+            ignore_result=True,
+        )
+
+    transaction.on_commit(send)
+
+
+def apply_report(payload: dict) -> Replica | None:
+    """Apply an agent's engine report to its replica (idempotent; stale generations ignored)."""
+    try:
+        report = EngineReport.model_validate(payload)
+    except ValidationError as exc:
+        log.warning("engine report refused: %s", exc.errors()[0].get("msg"))
+        return None
+    with transaction.atomic():
+        replica = (
+            Replica.objects.select_for_update()
+            .select_related("node", "deployment")
+            .filter(pk=report.replica_id)
+            .first()
+        )
+        if replica is None or replica.node is None or replica.node.name != report.node:
+            if report.phase not in (
+                EnginePhase.STOPPED,
+                EnginePhase.CRASH_LOOP,
+                EnginePhase.FAILED,
+            ):
+                log.warning(
+                    "engine %s on %s belongs to no replica here: stopping it",
+                    report.replica_id,
+                    report.node,
+                )
+                dispatch_stop(report.node, report.replica_id, None)
+            return None
+        if report.generation < replica.generation:
+            return replica  # an older engine of this replica: the agent replaces it
+        _apply(replica, report)
+    if report.metrics:
+        get_redis().set(
+            metrics_key(replica.pk),
+            json.dumps({"at": report.at.isoformat(), **report.metrics}),
+            ex=METRICS_TTL_S,
+        )
+    return replica
+
+
+def _apply(replica: Replica, report: EngineReport) -> None:
+    to = PHASE_TO_STATE.get(report.phase)
+    if to is None:
+        return
+    reason = report.reason or report.phase
+    fields = {"pid": report.pid, "restarts": report.restarts, "exit_code": report.exit_code}
+    if report.log_path:
+        fields["log_path"] = report.log_path
+    if report.log_tail:
+        fields["log_tail"] = report.log_tail[-50:]
+    if to == replica.state:
+        Replica.objects.filter(pk=replica.pk).update(**fields)
+        return
+    if transition_replica(replica, to, reason, **fields) and to == ReplicaState.STOPPED:
+        scheduler.release(replica)
+        Replica.objects.filter(pk=replica.pk).update(pid=None)
+    if to in (ReplicaState.FAILED, ReplicaState.CRASH_LOOP, ReplicaState.UNHEALTHY):
+        on_failure(replica, report)
+
+
+def on_failure(replica: Replica, report: EngineReport) -> None:
+    """Hook for diagnosis: runs on every failed start, crash and unhealthy transition."""
+    log.info("replica %s %s: %s", replica, report.phase, report.reason)
+
+
+def engine_metrics(replica_ids: list[int]) -> dict[int, dict]:
+    if not replica_ids:
+        return {}
+    values = get_redis().mget([metrics_key(i) for i in replica_ids])
+    return {i: json.loads(v) for i, v in zip(replica_ids, values, strict=True) if v}
+
+
+def now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,71 @@
+"""The deployment form: browser fields -> the same DeploymentIn schema the API validates."""
+
+from __future__ import annotations
+
+import shlex
+
+from pydantic import ValidationError
+
+from console.deployments.schemas import DeploymentIn
+from console.errors import Invalid
+
+TEXT_FIELDS = (
+    "name",
+    "model_path",
+    "model_label",
+    "served_model_name",
+    "device",
+    "dtype",
+    "quantization",
+    "pinned_node",
+    "desired_state",
+)
+NUMBER_FIELDS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "gpu_memory_utilization",
+    "swap_space",
+    "replicas",
+    "npus_per_replica",
+    "block_size",
+)
+BOOL_FIELDS = ("enforce_eager", "trust_remote_code", "reschedule_on_node_loss")
+
+
+def _pairs(text: str, field: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        if line.strip():
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise Invalid(f"write one KEY=VALUE per line, got {line.strip()!r}", field=field)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def parse_form(post) -> DeploymentIn:
+    """Raise Invalid naming the field, exactly as the API would."""
+    data: dict = {k: post.get(k, "").strip() for k in TEXT_FIELDS if post.get(k, "").strip()}
+    data.update({k: post.get(k).strip() for k in NUMBER_FIELDS if post.get(k, "").strip()})
+    data.update({k: True for k in BOOL_FIELDS if post.get(k)})
+    try:
+        data["extra_args"] = shlex.split(
+            post.get("extra_args", "")
+        )  # split only: nothing is executed
+    except ValueError as exc:
+        raise Invalid(f"extra args: {exc}", field="extra_args") from None
+    data["extra_env"] = _pairs(post.get("extra_env", ""), "extra_env")
+    data["node_selector"] = _pairs(post.get("node_selector", ""), "node_selector")
+    ids = post.get("npu_ids", "").replace(",", " ").split()
+    if not all(i.isdigit() for i in ids):
+        raise Invalid("NPU ids are numbers separated by commas", field="npu_ids")
+    data["npu_ids"] = [int(i) for i in ids]
+    try:
+        return DeploymentIn.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err.get("loc", ())) or "form"
+        raise Invalid(f"{field}: {err.get('msg')}", field=field) from None

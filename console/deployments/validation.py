@@ -1,0 +1,211 @@
+"""Checks on a deployment spec before anything is dispatched.
+
+Each failure is an `Invalid` naming the field and the accepted values, so the API answers 422
+and the form shows the message under the field.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from console.errors import Invalid
+
+BLOCK_SIZES = (16, 32, 64, 128)
+ASCEND_BLOCK_SIZE = 128
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+QUANTIZATIONS = ("", "ascend", "fp8", "gptq", "awq", "compressed-tensors")
+ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
+ENV_PREFIXES = (
+    "VLLM_",
+    "HCCL_",
+    "ASCEND_",
+    "PYTORCH_NPU_",
+    "OMP_",
+    "TASK_QUEUE_",
+    "LCCL_",
+    "ATB_",
+    "HF_",
+)
+ENV_NAMES = {
+    "PYTORCH_NPU_ALLOC_CONF",
+    "TASK_QUEUE_ENABLE",
+    "CPU_AFFINITY_CONF",
+    "TOKENIZERS_PARALLELISM",
+}
+ENV_FORBIDDEN = {
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "PATH",
+    "PYTHONPATH",
+    "PYTHONSTARTUP",
+    "HOME",
+    "ASCEND_RT_VISIBLE_DEVICES",
+    "HF_TOKEN",
+    "HF_HUB_OFFLINE",
+}
+# Flags the console sets from fields: giving them in extra_args would contradict the spec.
+MANAGED_FLAGS = {
+    "--model": "model_path",
+    "--served-model-name": "served_model_name",
+    "--host": "placement",
+    "--port": "placement",
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "-tp": "tensor_parallel_size",
+    "--pipeline-parallel-size": "pipeline_parallel_size",
+    "-pp": "pipeline_parallel_size",
+    "--dtype": "dtype",
+    "--max-model-len": "max_model_len",
+    "--max-num-seqs": "max_num_seqs",
+    "--max-num-batched-tokens": "max_num_batched_tokens",
+    "--gpu-memory-utilization": "gpu_memory_utilization",
+    "--block-size": "block_size",
+    "--swap-space": "swap_space",
+    "--enforce-eager": "enforce_eager",
+    "--quantization": "quantization",
+    "-q": "quantization",
+    "--trust-remote-code": "trust_remote_code",
+}
+FLAGS_FILE = Path(__file__).with_name("vllm_serve_flags.txt")
+
+
+@lru_cache(maxsize=1)
+def known_flags() -> frozenset[str]:
+    """vLLM's real `vllm serve` flags, read from the engine's own parser (see the file header)."""
+    lines = FLAGS_FILE.read_text().splitlines()
+    return frozenset(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+
+
+def check_model_path(path: str) -> str:
+    if "\x00" in path:
+        raise Invalid("the model path contains a NUL byte", field="model_path")
+    if not path.startswith("/"):
+        raise Invalid(
+            "the model path must be an absolute directory on the hosts, e.g. "
+            "/models/DeepSeek-R1-Distill-Qwen-7B (hub ids are not downloaded)",
+            field="model_path",
+        )
+    if any(part == ".." for part in path.split("/")):
+        raise Invalid("the model path must not contain '..'", field="model_path")
+    return path.rstrip("/") or "/"
+
+
+def check_block_size(value) -> int | None:
+    """Block size counts TOKENS per KV-cache block (not bytes); 128 on Ascend."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, str) and not value.strip().isdigit():
+        raise Invalid(
+            f"block size counts tokens, not bytes: {value!r} is not a token count; use "
+            f"{ASCEND_BLOCK_SIZE} on Ascend (one of {', '.join(map(str, BLOCK_SIZES))})",
+            field="block_size",
+        )
+    size = int(value)
+    if size not in BLOCK_SIZES:
+        hint = " (32768 looks like a --max-model-len, not a block size)" if size > 1024 else ""
+        raise Invalid(
+            f"block size must be one of {', '.join(map(str, BLOCK_SIZES))} tokens; "
+            f"use {ASCEND_BLOCK_SIZE} on Ascend{hint}",
+            field="block_size",
+        )
+    return size
+
+
+def check_extra_args(args: list[str]) -> list[str]:
+    flags = known_flags()
+    expect_value = False
+    for i, arg in enumerate(args):
+        field = f"extra_args.{i}"
+        if not isinstance(arg, str) or "\x00" in arg or len(arg) > 4096:
+            raise Invalid(
+                "each extra argument is a string without NUL bytes, at most 4096 characters",
+                field=field,
+            )
+        if arg.startswith("-"):
+            name = arg.split("=", 1)[0]
+            if name in MANAGED_FLAGS:
+                raise Invalid(
+                    f"{name} is set by the field {MANAGED_FLAGS[name]!r}; set it there", field=field
+                )
+            if name not in flags:
+                raise Invalid(
+                    f"{name} is not a flag of vllm serve (see `vllm serve --help`)", field=field
+                )
+            expect_value = "=" not in arg
+        elif not expect_value:
+            raise Invalid(f"{arg!r} is not a flag and follows no flag", field=field)
+        else:
+            expect_value = False
+    return args
+
+
+def check_extra_env(env: dict[str, str]) -> dict[str, str]:
+    for name, value in env.items():
+        field = f"extra_env.{name}"
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            raise Invalid("variable names are upper-case letters, digits and _", field=field)
+        if name in ENV_FORBIDDEN:
+            raise Invalid(f"{name} is managed by the agent or not allowed for engines", field=field)
+        if name not in ENV_NAMES and not name.startswith(ENV_PREFIXES):
+            raise Invalid(
+                f"only {', '.join(p + '*' for p in ENV_PREFIXES)} and {', '.join(sorted(ENV_NAMES))} "
+                "may be passed to engines",
+                field=field,
+            )
+        if not isinstance(value, str) or "\x00" in value or len(value) > 4096:
+            raise Invalid(
+                "values are strings without NUL bytes, at most 4096 characters", field=field
+            )
+    return env
+
+
+def divisors_up_to(n: int, limit: int = 16) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def check_parallelism(spec: dict) -> None:
+    tp, pp, npus = (
+        spec["tensor_parallel_size"],
+        spec["pipeline_parallel_size"],
+        spec["npus_per_replica"],
+    )
+    if spec["device"] == "cpu" and tp * pp != 1:
+        raise Invalid("CPU engines run with TP 1 and PP 1", field="tensor_parallel_size")
+    if spec["device"] == "npu" and tp * pp != npus:
+        raise Invalid(
+            f"TP x PP must equal the NPUs per replica: {tp} x {pp} = {tp * pp}, "
+            f"NPUs per replica = {npus}",
+            field="tensor_parallel_size",
+        )
+    ids = spec.get("npu_ids") or []
+    if ids:
+        if not spec.get("pinned_node"):
+            raise Invalid("explicit NPU ids need a pinned node", field="npu_ids")
+        if len(set(ids)) != len(ids) or len(ids) != npus * max(1, spec["replicas"]):
+            raise Invalid(
+                f"give {npus} x {spec['replicas']} distinct NPU ids (NPUs per replica x replicas)",
+                field="npu_ids",
+            )
+
+
+def check_against_model(spec: dict, info: dict) -> None:
+    """TP divides the heads; max_model_len within the model's context."""
+    tp = spec["tensor_parallel_size"]
+    heads = int(info.get("num_attention_heads") or 0)
+    kv_heads = int(info.get("num_key_value_heads") or heads)
+    if heads and (heads % tp or kv_heads % tp):
+        ok = [d for d in divisors_up_to(heads) if kv_heads % d == 0]
+        raise Invalid(
+            f"TP {tp} must divide the attention heads ({heads}) and KV heads ({kv_heads}); "
+            f"accepted: {', '.join(map(str, ok))}",
+            field="tensor_parallel_size",
+        )
+    context = int(info.get("max_position_embeddings") or 0)
+    mml = spec.get("max_model_len")
+    if context and mml and mml > context:
+        raise Invalid(
+            f"max model len {mml} is larger than the model's context ({context}); "
+            f"accepted: 16..{context}",
+            field="max_model_len",
+        )

@@ -1,0 +1,159 @@
+"""Deployment pages: list, create/edit with live validation, detail with replicas and actions."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+from django.contrib import messages
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from console.accounts.decorators import role_required
+from console.accounts.services import actor_from_request
+from console.deployments import services
+from console.deployments.engines import engine_metrics
+from console.deployments.forms import parse_form
+from console.deployments.models import Deployment, ReplicaState
+from console.errors import DomainError
+from console.inventory.models import Node
+
+
+@role_required("viewer")
+def deployment_list(request):
+    deployments = list(
+        Deployment.objects.select_related("pinned_node").prefetch_related("replica_set")
+    )
+    for d in deployments:
+        d.ready_count = sum(1 for r in d.replica_set.all() if r.state == ReplicaState.READY)
+    template = "deployments/list.html#rows" if request.htmx else "deployments/list.html"
+    return render(request, template, {"deployments": deployments})
+
+
+def _form_context(request, dep: Deployment | None = None, **extra) -> dict:
+    return {"dep": dep, "nodes": Node.objects.order_by("name"), "post": request.POST, **extra}
+
+
+@role_required("operator")
+def deployment_new(request):
+    if request.method == "POST":
+        try:
+            payload = parse_form(request.POST)
+            spec = payload.model_dump()
+            name, desired, pinned = (
+                spec.pop("name"),
+                spec.pop("desired_state"),
+                spec.pop("pinned_node"),
+            )
+            dep = services.create_deployment(
+                actor=actor_from_request(request), name=name, spec=spec, pinned_node=pinned
+            )
+            if desired == "running":
+                services.set_desired(actor=actor_from_request(request), name=name, state="running")
+            messages.success(request, f"deployment {dep.name} created")
+            return redirect("deployment-detail", name=dep.name)
+        except DomainError as exc:
+            return render(
+                request, "deployments/form.html", _form_context(request, error=exc), status=422
+            )
+    return render(request, "deployments/form.html", _form_context(request))
+
+
+@require_POST
+@role_required("operator")
+def deployment_validate(request):
+    """htmx: validate the form as it changes; show the memory estimate or the first problem."""
+    try:
+        payload = parse_form(request.POST)
+        spec = payload.model_dump()
+        spec.pop("name"), spec.pop("desired_state")
+        spec["pinned_node"] = services._node_or_none(spec.pop("pinned_node"))
+        checked = services.validate_spec(spec)
+        context = {"estimate": checked["estimate"], "info": checked["model_info"]}
+    except DomainError as exc:
+        context = {"error": exc}
+    return render(request, "deployments/form.html#check", context)
+
+
+@role_required("viewer")
+def deployment_detail(request, name: str):
+    dep = get_object_or_404(Deployment.objects.select_related("pinned_node"), name=name)
+    replicas = list(
+        dep.replica_set.select_related("node").prefetch_related(
+            "allocations__accelerator", "events"
+        )
+    )
+    try:
+        metrics = engine_metrics([r.pk for r in replicas])
+    except Exception:  # noqa: BLE001 - Redis down: the page still renders
+        metrics = {}
+    for r in replicas:
+        r.live_metrics = metrics.get(r.pk, {})
+    context = {
+        "dep": dep,
+        "replicas": replicas,
+        "ready": [r for r in replicas if r.state == ReplicaState.READY],
+    }
+    template = "deployments/detail.html#live" if request.htmx else "deployments/detail.html"
+    return render(request, template, context)
+
+
+@require_POST
+@role_required("operator")
+def deployment_action(request, name: str, action: str):
+    actor = actor_from_request(request)
+    try:
+        if action in ("start", "stop"):
+            services.set_desired(
+                actor=actor, name=name, state="running" if action == "start" else "stopped"
+            )
+        elif action == "restart":
+            services.restart_deployment(actor=actor, name=name)
+        elif action == "scale":
+            services.set_desired(
+                actor=actor,
+                name=name,
+                state=services.get_deployment(name).desired_state,
+                replicas=int(request.POST.get("replicas") or -1),
+            )
+        elif action == "delete":
+            services.delete_deployment(actor=actor, name=name)
+            messages.success(request, f"deployment {name} deleted")
+            return redirect("deployment-list")
+        messages.success(request, f"{name}: {action} requested")
+    except (DomainError, ValueError) as exc:
+        messages.error(request, getattr(exc, "message", str(exc)))
+    return redirect("deployment-detail", name=name)
+
+
+@require_POST
+@role_required("operator")
+def try_prompt(request, name: str):
+    """Send a real completion to a ready replica and show the answer and its latency."""
+    dep = get_object_or_404(Deployment, name=name)
+    replica = dep.replica_set.filter(state=ReplicaState.READY).select_related("node").first()
+    context: dict = {"prompt": request.POST.get("prompt", "")[:2000]}
+    if replica is None:
+        context["error"] = "no replica is ready"
+        return render(request, "deployments/detail.html#answer", context)
+    host = "127.0.0.1" if dep.device == "cpu" else (replica.node.address or replica.node.hostname)
+    body = json.dumps(
+        {"model": dep.served_model_name, "prompt": context["prompt"], "max_tokens": 32}
+    ).encode()
+    req = urllib.request.Request(
+        f"http://{host}:{replica.port}/v1/completions",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
+    start = time.perf_counter()
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - our own engine's address
+            answer = json.loads(resp.read())
+        context["answer"] = answer["choices"][0]["text"]
+        context["usage"] = answer.get("usage", {})
+    except (OSError, ValueError, KeyError) as exc:
+        context["error"] = f"the engine did not answer: {exc}"
+    context["latency_ms"] = round((time.perf_counter() - start) * 1000, 1)
+    context["replica"] = replica
+    return render(request, "deployments/detail.html#answer", context)
