@@ -97,7 +97,7 @@ def inspect_model(node: Node, path: str, timeout: float = 20.0) -> dict:
     return info
 
 
-def validate_spec(spec: dict, *, inspect=inspect_model) -> dict:
+def validate_spec(spec: dict, *, inspect=None) -> dict:
     """Check a full spec; returns it completed with model_info and the memory estimate."""
     spec["model_path"] = v.check_model_path(spec["model_path"])
     spec["block_size"] = v.check_block_size(spec.get("block_size"))
@@ -107,7 +107,7 @@ def validate_spec(spec: dict, *, inspect=inspect_model) -> dict:
     v.check_extra_env(spec.get("extra_env") or {})
     v.check_parallelism(spec)
     node = inspect_node(spec)
-    info = inspect(node, spec["model_path"])
+    info = (inspect or inspect_model)(node, spec["model_path"])
     v.check_against_model(spec, info)
     hbm = _hbm_for(spec, node)
     est = estimate_memory(
@@ -155,7 +155,7 @@ def create_deployment(
     spec: dict,
     pinned_node: str | None,
     desired_state: str = DesiredState.STOPPED,
-    inspect=inspect_model,
+    inspect=None,
 ) -> Deployment:
     check_role(actor, Role.OPERATOR)
     if Deployment.objects.filter(name=name).exists():
@@ -180,7 +180,7 @@ def create_deployment(
 
 
 def update_deployment(
-    *, actor: Actor, name: str, spec: dict, pinned_node: str | None, inspect=inspect_model
+    *, actor: Actor, name: str, spec: dict, pinned_node: str | None, inspect=None
 ) -> Deployment:
     """Replace the spec; running replicas restart with a new generation on the next reconcile."""
     check_role(actor, Role.OPERATOR)

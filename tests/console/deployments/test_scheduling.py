@@ -1,0 +1,211 @@
+"""Placement and the reconcile loop, with engine reports applied as the agent sends them."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+import pytest
+from django.db import connection
+
+from console.accounts.services import Actor
+from console.deployments import services
+from console.deployments.engines import apply_report
+from console.deployments.models import NpuAllocation, Replica, ReplicaEvent
+from console.deployments.reconcile import reconcile
+from console.inventory.models import Accelerator
+from tests.factories import make_node
+
+SPEC = {
+    "model_path": "/models/m",
+    "model_label": "",
+    "served_model_name": "m",
+    "device": "npu",
+    "tensor_parallel_size": 2,
+    "pipeline_parallel_size": 1,
+    "dtype": "auto",
+    "max_model_len": 4096,
+    "max_num_seqs": None,
+    "max_num_batched_tokens": None,
+    "gpu_memory_utilization": 0.9,
+    "block_size": 128,
+    "swap_space": None,
+    "enforce_eager": False,
+    "quantization": "",
+    "trust_remote_code": False,
+    "extra_args": [],
+    "extra_env": {},
+    "replicas": 2,
+    "node_selector": {},
+    "npus_per_replica": 2,
+    "npu_ids": [],
+    "reschedule_on_node_loss": False,
+}
+
+
+@pytest.fixture
+def actor(operator):
+    return Actor(user=operator, name="otto")
+
+
+@pytest.fixture(autouse=True)
+def no_dispatch(monkeypatch):
+    sent = []
+    monkeypatch.setattr(
+        "console.deployments.reconcile.dispatch_start", lambda r: sent.append(("start", r.pk))
+    )
+    monkeypatch.setattr(
+        "console.deployments.reconcile.dispatch_stop",
+        lambda node, rid, gen: sent.append(("stop", rid)),
+    )
+    return sent
+
+
+def deploy(actor, name="d1", **spec):
+    return services.create_deployment(
+        actor=actor, name=name, spec={**SPEC, **spec}, pinned_node=None
+    )
+
+
+def report(replica, phase, **extra):
+    return apply_report(
+        {
+            "node": replica.node.name,
+            "replica_id": replica.pk,
+            "generation": replica.generation,
+            "phase": phase,
+            "at": datetime.now(UTC).isoformat(),
+            **extra,
+        }
+    )
+
+
+def test_replicas_spread_across_nodes_on_the_least_loaded_npus(actor, fake_inspect, no_dispatch):
+    make_node("a", npus=8)
+    make_node("b", npus=8)
+    deploy(actor)
+    services.set_desired(actor=actor, name="d1", state="running")
+    reconcile()
+    placed = list(Replica.objects.order_by("index"))
+    assert [r.state for r in placed] == ["scheduled", "scheduled"]
+    assert {r.node.name for r in placed} == {"a", "b"}  # spread
+    assert all(len(r.npu_list) == 2 for r in placed)
+    assert len(no_dispatch) == 2
+    assert "placed on" in placed[0].state_reason
+
+
+def test_lifecycle_events_form_a_timeline(actor, fake_inspect):
+    make_node("a", npus=4)
+    deploy(actor, replicas=1)
+    services.set_desired(actor=actor, name="d1", state="running")
+    reconcile()
+    replica = Replica.objects.get()
+    for phase in ("starting", "loading", "ready"):
+        report(replica, phase, reason=f"engine {phase}")
+    replica.refresh_from_db()
+    assert replica.state == "ready"
+    assert list(ReplicaEvent.objects.values_list("to_state", flat=True)) == [
+        "scheduled",
+        "starting",
+        "loading",
+        "ready",
+    ]
+    services.set_desired(actor=actor, name="d1", state="stopped")
+    reconcile()
+    replica.refresh_from_db()
+    assert replica.state == "stopping"
+    report(replica, "stopped", reason="stopped as asked")
+    replica.refresh_from_db()
+    assert replica.state == "stopped" and replica.port is None
+    assert not NpuAllocation.objects.exists()
+
+
+def test_no_capacity_says_why_and_keeps_waiting(actor, fake_inspect):
+    node = make_node("a", npus=2)
+    Accelerator.objects.filter(node=node, npu_id=1).update(isolated=True, isolation_reason="ECC")
+    deploy(actor, replicas=1)
+    services.set_desired(actor=actor, name="d1", state="running")
+    reconcile()
+    replica = Replica.objects.get()
+    assert replica.state == "pending"
+    assert "1 isolated" in replica.state_reason and "needs 2" in replica.state_reason
+
+
+def test_an_npu_cannot_be_allocated_twice(actor, fake_inspect):
+    from django.db import IntegrityError, transaction
+
+    node = make_node("a", npus=2)
+    deploy(actor, replicas=1)
+    services.set_desired(actor=actor, name="d1", state="running")
+    reconcile()
+    replica = Replica.objects.get()
+    taken = Accelerator.objects.filter(node=node, allocation__isnull=False).first()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        NpuAllocation.objects.create(accelerator=taken, replica=replica)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_reconciles_never_double_book(operator, fake_inspect):
+    actor = Actor(user=operator, name="otto")
+    make_node("a", npus=4)
+    for i in range(4):
+        deploy(actor, name=f"d{i}", replicas=1)
+        services.set_desired(actor=actor, name=f"d{i}", state="running")
+    errors = []
+
+    def run():
+        try:
+            reconcile()
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    ids = list(NpuAllocation.objects.values_list("accelerator_id", flat=True))
+    assert len(ids) == len(set(ids)) == 4  # two deployments fit, each took 2, none shared
+    assert Replica.objects.filter(state="scheduled").count() == 2
+
+
+def test_offline_node_makes_replicas_unknown_not_stopped(actor, fake_inspect, no_dispatch):
+    node = make_node("a", npus=4)
+    deploy(actor, replicas=1)
+    services.set_desired(actor=actor, name="d1", state="running")
+    reconcile()
+    replica = Replica.objects.get()
+    report(replica, "ready")
+    node.status = "offline"
+    node.save()
+    reconcile()
+    replica.refresh_from_db()
+    assert replica.state == "unknown" and "may still be serving" in replica.state_reason
+    assert NpuAllocation.objects.filter(replica=replica).count() == 2
+    assert ("stop", replica.pk) not in no_dispatch
+
+
+def test_crash_loop_report_is_shown_and_not_restarted(actor, fake_inspect, no_dispatch):
+    make_node("a", npus=4)
+    deploy(actor, replicas=1)
+    services.set_desired(actor=actor, name="d1", state="running")
+    reconcile()
+    replica = Replica.objects.get()
+    report(replica, "failed", reason="exit code 1", exit_code=1, log_tail=["RuntimeError: boom"])
+    report(replica, "crash-loop", reason="5 crashes in 600s: not restarting", exit_code=1)
+    before = len(no_dispatch)
+    reconcile()
+    replica.refresh_from_db()
+    assert replica.state == "crash-loop" and replica.log_tail == ["RuntimeError: boom"]
+    assert len(no_dispatch) == before
+
+
+def test_scale_down_stops_the_extra_replica(actor, fake_inspect, no_dispatch):
+    make_node("a", npus=8)
+    deploy(actor, replicas=2)
+    services.set_desired(actor=actor, name="d1", state="running")
+    reconcile()
+    services.set_desired(actor=actor, name="d1", state="running", replicas=1)
+    reconcile()
+    assert Replica.objects.get(index=1).state == "stopping"
+    assert Replica.objects.get(index=0).state == "scheduled"
