@@ -33,6 +33,7 @@ def reconcile() -> dict[str, int]:
     for node in Node.objects.filter(status=NodeStatus.OFFLINE, replicas__isnull=False).distinct():
         done["unknown"] += node_went_offline(node)
     latest = _latest()
+    done["repaired"] = repair_from_heartbeats()
     for dep in Deployment.objects.all():
         want = dep.replicas if dep.desired_state == DesiredState.RUNNING else 0
         for index in range(want):
@@ -54,6 +55,39 @@ def _latest() -> dict:
         )
     except Exception:  # noqa: BLE001 - Redis down: place without load data
         return {}
+
+
+def repair_from_heartbeats() -> int:
+    """Apply what agents' heartbeats say about engines when it differs from the database:
+    a report lost in transit is corrected within one reconcile pass."""
+    import json
+
+    from console.deployments.engines import PHASE_TO_STATE, apply_report
+    from console.hot import get_redis
+    from console.inventory.heartbeats import engines_key
+
+    names = list(Node.objects.filter(status=NodeStatus.ONLINE).values_list("name", flat=True))
+    if not names:
+        return 0
+    try:
+        blobs = get_redis().mget([engines_key(n) for n in names])
+    except Exception:  # noqa: BLE001 - Redis down: nothing to repair from
+        return 0
+    reports = [r for blob in blobs if blob for r in json.loads(blob)]
+    states = dict(
+        Replica.objects.filter(pk__in=[r["replica_id"] for r in reports]).values_list("pk", "state")
+    )
+    gens = dict(Replica.objects.filter(pk__in=states).values_list("pk", "generation"))
+    repaired = 0
+    for r in reports:
+        rid = r["replica_id"]
+        if (
+            rid in states
+            and gens[rid] == r["generation"]
+            and PHASE_TO_STATE.get(r["phase"]) != states[rid]
+        ):
+            repaired += apply_report(r) is not None
+    return repaired
 
 
 def _converge_running(dep: Deployment, replica: Replica, latest: dict) -> int:

@@ -124,6 +124,8 @@ def ingest_heartbeat(payload: dict, *, received_at: datetime | None = None) -> i
     pipe.expire(key, 3600)
     pipe.zadd(SEEN_KEY, {hb.node: received_at.timestamp()})
     record_heartbeat(node_id=node_id, node_name=hb.node, received_at=received_at, hb=hb, pipe=pipe)
+    if hb.engines:
+        record_engines(pipe, hb.node, hb.engines)
     values = pipe.execute()[0]
     cached = {f: v.decode() for f, v in zip(STATE_FIELDS, values, strict=True) if v is not None}
     if cached.get("id") != str(node_id):  # state evicted (Redis restart) or node re-created
@@ -137,6 +139,25 @@ def ingest_heartbeat(payload: dict, *, received_at: datetime | None = None) -> i
     if updates:  # a second round trip only when something changed
         r.hset(key, mapping=updates)
     return node_id
+
+
+def engines_key(node: str) -> str:
+    return f"npc:engines:{node}"
+
+
+def record_engines(pipe, node: str, engines: list[dict]) -> None:
+    """The agent's view of its engines: kept hot for the reconcile loop (which repairs any
+    missed report) and each engine's scraped metrics for the pages."""
+    from console.deployments.engines import METRICS_TTL_S, metrics_key
+
+    pipe.set(engines_key(node), json.dumps(engines, default=str), ex=METRICS_TTL_S)
+    for e in engines:
+        if e.get("metrics") and e.get("replica_id"):
+            pipe.set(
+                metrics_key(int(e["replica_id"])),
+                json.dumps({"at": e.get("at"), **e["metrics"]}, default=str),
+                ex=METRICS_TTL_S,
+            )
 
 
 def _load_or_register(hb: Heartbeat, token_id: int, now: datetime) -> dict:
