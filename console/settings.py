@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "console.inventory",
     "console.telemetry",
     "console.deployments",
+    "console.diagnosis",
 ]
 
 MIDDLEWARE = [

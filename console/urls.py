@@ -10,6 +10,7 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("", include("console.telemetry.urls")),
     path("", include("console.deployments.urls")),
+    path("", include("console.diagnosis.urls")),
     path("", include("console.accounts.urls")),
     path("", include("console.inventory.urls")),
 ]
