@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -20,7 +21,9 @@ from workers.accelerators.base import ProviderResult
 from workers.celery import make_app, send_to_console
 from workers.checks import run_checks
 from workers.config import AgentConfig
-from workers.contracts import AGENT_VERSION, Heartbeat, Tasks, host_queue
+from workers.contracts import AGENT_VERSION, EngineReport, EngineSpec, Heartbeat, Tasks, host_queue
+from workers.engine.inspect import inspect_model
+from workers.engine.supervisor import Supervisor
 
 log = logging.getLogger("workers.agent")
 NPU_PROVIDERS = ("ascend", "simulated", "nvidia")
@@ -79,11 +82,21 @@ class Agent:
         self.providers = default_providers(config)
         self.stop = threading.Event()
         self._seq = 0
+        self.supervisor = Supervisor(
+            state_dir=config.state_dir,
+            node=config.node_name,
+            report=self.send_engine_report,
+            python=config.engine_python or sys.executable,
+        )
+
+    def send_engine_report(self, report: EngineReport) -> None:
+        send_to_console(self.app, Tasks.ENGINE_REPORT, report.model_dump(mode="json"))
 
     def beat_once(self) -> Heartbeat:
         found = probe_all(config=self.config, providers=self.providers)
         self._seq += 1
         hb = build_heartbeat(self.config, found, self._seq)
+        hb.engines = [r.model_dump(mode="json") for r in self.supervisor.reports()]
         send_to_console(self.app, Tasks.HEARTBEAT, hb.model_dump(mode="json"))
         return hb
 
@@ -129,6 +142,25 @@ def register_tasks(agent: Agent) -> None:
         """Run the node checks and report them (idempotent: reports are keyed by run id)."""
         agent.report_checks(run_id, "on-demand")
 
+    @agent.app.task(name=Tasks.HOST_START_REPLICA, ignore_result=True, acks_late=True)
+    def start_replica(spec: dict) -> None:
+        """Run a replica's engine. Idempotent per (replica id, generation): acks_late is safe."""
+        agent.supervisor.start(EngineSpec.model_validate(spec))
+
+    @agent.app.task(name=Tasks.HOST_STOP_REPLICA, ignore_result=True, acks_late=True)
+    def stop_replica(replica_id: int, generation: int | None = None) -> None:
+        """Stop a replica's engine and free its port. Idempotent."""
+        agent.supervisor.stop(replica_id, generation)
+
+    @agent.app.task(name=Tasks.HOST_MODEL_INSPECT)
+    def model_inspect(path: str) -> dict:
+        """Read a model directory's config.json and weights (no side effects)."""
+        return inspect_model(path)
+
+    @agent.app.task(name=Tasks.HOST_LOG_TAIL)
+    def log_tail(replica_id: int, offset: int = 0, max_bytes: int = 65536) -> dict:
+        return agent.supervisor.log_tail(replica_id, offset, max_bytes)
+
     @agent.app.task(name=Tasks.HOST_PING)
     def ping(value: str = "") -> dict:
         return {"pong": value, "node": agent.config.node_name, "agent_version": AGENT_VERSION}
@@ -142,6 +174,13 @@ def run(config: AgentConfig) -> int:
         )
     agent = Agent(config)
     register_tasks(agent)
+    adopted = agent.supervisor.adopt()  # engines that outlived the previous agent
+    if adopted:
+        log.info(
+            "re-adopted %d engine(s): %s",
+            len(adopted),
+            ", ".join(str(r.replica_id) for r in adopted),
+        )
     threading.Thread(target=agent.heartbeat_loop, name="heartbeat", daemon=True).start()
     argv = [
         "worker",
@@ -162,4 +201,5 @@ def run(config: AgentConfig) -> int:
         agent.app.worker_main(argv)
     finally:
         agent.stop.set()
+        agent.supervisor.shutdown()  # stops watching; engines keep running by design
     return 0

@@ -30,6 +30,7 @@ class AgentConfig:
     npu_smi_timeout_s: float = 10.0
     state_dir: Path = field(default_factory=lambda: Path.home() / ".npu-agent")
     sample_path: str | None = None  # simulated provider: which real capture to replay
+    engine_python: str = ""  # the interpreter of the engine environment (vLLM); "" = this one
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
@@ -70,4 +71,5 @@ class AgentConfig:
             npu_smi_timeout_s=timeout,
             state_dir=Path(env.get("NPU_AGENT_STATE_DIR") or Path.home() / ".npu-agent"),
             sample_path=env.get("NPU_AGENT_SIM_SAMPLE") or None,
+            engine_python=env.get("NPU_AGENT_ENGINE_PYTHON", ""),
         )

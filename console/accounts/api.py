@@ -1,7 +1,7 @@
 """REST routes for the current user, API tokens and the audit log."""
 
 from django.contrib.auth import get_user_model
-from ninja import Query, Router
+from ninja import Query, Router, Status
 from ninja.pagination import LimitOffsetPagination, paginate
 
 from console.accounts import services
@@ -51,7 +51,7 @@ def create_token(request, payload: TokenIn):
         user=owner,
     )
     token.token = raw
-    return 201, token
+    return Status(201, token)
 
 
 @router.post("/tokens/{token_id}/revoke", response=TokenOut)

