@@ -87,6 +87,11 @@ class Agent:
             node=config.node_name,
             report=self.send_engine_report,
             python=config.engine_python or sys.executable,
+            phase_timeouts={
+                "starting": config.engine_start_timeout_s,
+                "loading": config.engine_start_timeout_s,
+            },
+            set_env_path=config.cann_set_env,
         )
 
     def send_engine_report(self, report: EngineReport) -> None:
@@ -189,7 +194,7 @@ def run(config: AgentConfig) -> int:
         "-n",
         f"agent@{config.node_name}",
         "--concurrency",
-        "2",
+        "6",  # a stop may block its thread for the grace period; keep others answering
         "-P",
         "threads",
         "-l",

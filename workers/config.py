@@ -19,6 +19,16 @@ def default_node_name() -> str:
     return (name or "node")[:63].strip("-")
 
 
+def _positive(env: dict[str, str], name: str, default: float) -> float:
+    try:
+        value = float(env.get(name, default))
+    except ValueError:
+        raise ConfigError(f"{name}: expected a number of seconds, got {env.get(name)!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name}: must be > 0")
+    return value
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     node_name: str
@@ -31,6 +41,8 @@ class AgentConfig:
     state_dir: Path = field(default_factory=lambda: Path.home() / ".npu-agent")
     sample_path: str | None = None  # simulated provider: which real capture to replay
     engine_python: str = ""  # the interpreter of the engine environment (vLLM); "" = this one
+    engine_start_timeout_s: float = 900.0  # vLLM listens only after loading weights
+    cann_set_env: str = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
@@ -72,4 +84,8 @@ class AgentConfig:
             state_dir=Path(env.get("NPU_AGENT_STATE_DIR") or Path.home() / ".npu-agent"),
             sample_path=env.get("NPU_AGENT_SIM_SAMPLE") or None,
             engine_python=env.get("NPU_AGENT_ENGINE_PYTHON", ""),
+            engine_start_timeout_s=_positive(env, "NPU_AGENT_ENGINE_START_TIMEOUT_S", 900.0),
+            cann_set_env=env.get(
+                "NPU_AGENT_CANN_SET_ENV", "/usr/local/Ascend/ascend-toolkit/set_env.sh"
+            ),
         )

@@ -94,7 +94,8 @@ class CheckResult(BaseModel):
 class EngineSpec(BaseModel):
     """Everything the agent needs to run one replica; validated by the console before dispatch.
 
-    The agent builds `vllm serve` argv from these fields only (never a shell string).
+    The agent builds the engine's argv from these fields only (never a shell string):
+    `python -m vllm.entrypoints.openai.api_server …`, the same server as `vllm serve`.
     """
 
     model_config = ConfigDict(extra="forbid")

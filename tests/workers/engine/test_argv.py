@@ -1,0 +1,150 @@
+"""The engine's argv and environment, CANN's set_env.sh, and redaction."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.contracts import EngineSpec
+from workers.engine import argv as engine_argv
+from workers.engine.argv import (
+    build_argv,
+    build_env,
+    cann_environment,
+    redact_argv,
+    redact_env,
+)
+
+AGENT_ENV = {
+    "PATH": "/opt/agent/bin:/usr/bin",
+    "HOME": "/home/agent",
+    "LD_LIBRARY_PATH": "/opt/lib",
+    "HCCL_CONNECT_TIMEOUT": "300",
+    "VLLM_ASCEND_ENABLE_NZ": "1",
+    "ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+    "HF_TOKEN": "hf_abc",
+    "NPU_AGENT_ENROLL_TOKEN": "enroll-secret",
+    "NPU_AGENT_BROKER_URL": "redis://:pw@broker:6379/0",
+    "HTTP_PROXY": "http://proxy:3128",
+}
+
+
+def make_spec(**fields) -> EngineSpec:
+    values = dict(
+        replica_id=7,
+        generation=2,
+        deployment="qwen",
+        model_path="/models/qwen",
+        served_model_name="qwen",
+        port=8001,
+        npu_ids=[4, 5],
+        tensor_parallel_size=2,
+    )
+    return EngineSpec(**(values | fields))
+
+
+def test_minimal_argv_has_only_the_required_flags():
+    assert build_argv(make_spec(), "/venv/bin/python") == [
+        "/venv/bin/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/models/qwen",
+        "--served-model-name",
+        "qwen",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8001",
+        "--tensor-parallel-size",
+        "2",
+    ]
+
+
+def test_optional_flags_appear_when_set_then_extra_args():
+    spec = make_spec(
+        pipeline_parallel_size=2,
+        dtype="bfloat16",
+        max_model_len=4096,
+        max_num_seqs=64,
+        max_num_batched_tokens=8192,
+        gpu_memory_utilization=0.9,
+        block_size=128,
+        swap_space=4.0,
+        enforce_eager=True,
+        quantization="ascend",
+        trust_remote_code=True,
+        extra_args=["--seed", "1"],
+    )
+    tail = build_argv(spec, "py")[13:]
+    assert tail == [
+        "--pipeline-parallel-size", "2", "--dtype", "bfloat16", "--max-model-len", "4096",
+        "--max-num-seqs", "64", "--max-num-batched-tokens", "8192",
+        "--gpu-memory-utilization", "0.9", "--block-size", "128", "--swap-space", "4",
+        "--enforce-eager", "--quantization", "ascend", "--trust-remote-code", "--seed", "1",
+    ]  # fmt: skip
+    assert "--pipeline-parallel-size" not in build_argv(make_spec(pipeline_parallel_size=1), "py")
+
+
+def test_npu_env_selects_the_spec_npus_and_keeps_only_allowed_variables():
+    env = build_env(make_spec(extra_env={"HCCL_BUFFSIZE": "512"}), AGENT_ENV)
+    assert env["ASCEND_RT_VISIBLE_DEVICES"] == "4,5"  # never the agent's own
+    assert env["HCCL_CONNECT_TIMEOUT"] == "300" and env["VLLM_ASCEND_ENABLE_NZ"] == "1"
+    assert env["HCCL_BUFFSIZE"] == "512"
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK"):
+        assert env[name] == "1"
+    for name in ("HF_TOKEN", "NPU_AGENT_ENROLL_TOKEN", "NPU_AGENT_BROKER_URL", "HTTP_PROXY"):
+        assert name not in env
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env
+
+
+def test_cpu_env_sizes_the_kv_cache_and_selects_no_npu():
+    env = build_env(make_spec(device="cpu"), AGENT_ENV)
+    assert "ASCEND_RT_VISIBLE_DEVICES" not in env and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    env = build_env(make_spec(device="cpu", extra_env={"VLLM_CPU_KVCACHE_SPACE": "4"}), AGENT_ENV)
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "4"
+
+
+def test_cann_environment_is_merged_with_path_lists_first():
+    cann = {"LD_LIBRARY_PATH": "/usr/local/Ascend/lib64:/opt/lib", "ASCEND_HOME_PATH": "/a"}
+    env = build_env(make_spec(), AGENT_ENV, cann)
+    assert env["LD_LIBRARY_PATH"] == "/usr/local/Ascend/lib64:/opt/lib"
+    assert env["ASCEND_HOME_PATH"] == "/a"
+
+
+def test_redaction_of_env_and_argv():
+    shown = redact_env(AGENT_ENV | {"VLLM_API_KEY": "k", "DB_PASSWORD_FILE": "/p"})
+    assert shown["HF_TOKEN"] == shown["NPU_AGENT_ENROLL_TOKEN"] == shown["VLLM_API_KEY"] == "***"
+    assert shown["DB_PASSWORD_FILE"] == "***"
+    assert shown["NPU_AGENT_BROKER_URL"] == "redis://:***@broker:6379/0"
+    assert shown["HCCL_CONNECT_TIMEOUT"] == "300" and shown["PATH"] == AGENT_ENV["PATH"]
+    argv = ["py", "--api-key", "s3cret", "--hf-token=abc", "--port", "8000"]
+    assert redact_argv(argv) == ["py", "--api-key", "***", "--hf-token=***", "--port", "8000"]
+
+
+@pytest.fixture
+def fresh_cache():
+    engine_argv._sourced.cache_clear()
+    yield
+    engine_argv._sourced.cache_clear()
+
+
+def test_cann_environment_sources_the_script_once(tmp_path, fresh_cache):
+    count = tmp_path / "count"
+    script = tmp_path / "set env.sh"  # a space: the path is an argument, never code
+    script.write_text(
+        f'echo x >> "{count}"\n'
+        "export ASCEND_TOOLKIT_HOME=/usr/local/Ascend/ascend-toolkit/latest\n"
+        'export LD_LIBRARY_PATH="$ASCEND_TOOLKIT_HOME/lib64:$LD_LIBRARY_PATH"\n'
+        "echo 'noise on stdout'\n"
+    )
+    found = cann_environment(str(script))
+    assert found == {
+        "ASCEND_TOOLKIT_HOME": "/usr/local/Ascend/ascend-toolkit/latest",
+        "LD_LIBRARY_PATH": "/usr/local/Ascend/ascend-toolkit/latest/lib64:",
+    }
+    assert cann_environment(str(script)) == found
+    assert count.read_text() == "x\n"  # cached
+
+
+def test_cann_environment_is_none_without_the_file(tmp_path, fresh_cache):
+    assert cann_environment(str(tmp_path / "absent.sh")) is None

@@ -1,0 +1,100 @@
+"""inspect_model on directories built here (a hand-written safetensors file, no torch)."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from workers.engine.inspect import inspect_model
+
+CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "intermediate_size": 128,
+    "vocab_size": 2000,
+    "max_position_embeddings": 512,
+    "torch_dtype": "bfloat16",
+}
+
+
+def write_safetensors(path, tensors: dict[str, list[int]], dtype="BF16") -> None:
+    """8-byte little-endian header length, the JSON header, then zero bytes for the data."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in tensors.items():
+        size = 2
+        for n in shape:
+            size *= n
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = tmp_path / "qwen-tiny"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(CONFIG))
+    (path / "tokenizer.json").write_text("{}")
+    write_safetensors(path / "model-00001-of-00002.safetensors", {"embed": [2000, 64]})
+    write_safetensors(path / "model-00002-of-00002.safetensors", {"a": [64, 128], "b": [64]})
+    return path
+
+
+def test_reads_config_weights_and_counts_parameters(model):
+    found = inspect_model(str(model))
+    assert found["ok"] and found["path"] == str(model)
+    assert found["architecture"] == "Qwen2ForCausalLM" and found["model_type"] == "qwen2"
+    assert (found["num_attention_heads"], found["num_key_value_heads"]) == (4, 2)
+    assert found["torch_dtype"] == "bfloat16" and not found["quantized"]
+    assert [f["name"] for f in found["weight_files"]] == [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ]
+    assert found["param_count"] == 2000 * 64 + 64 * 128 + 64
+    assert found["param_count_source"] == "safetensors headers" and found["has_tokenizer"]
+    assert found["weights_bytes"] == sum(f["bytes"] for f in found["weight_files"])
+
+
+def test_defaults_kv_heads_and_notes_quantization(tmp_path):
+    config = {k: v for k, v in CONFIG.items() if k != "num_key_value_heads"}
+    config["quantization_config"] = {"quant_method": "awq"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "pytorch_model.bin").write_bytes(b"\0" * 1000)
+    found = inspect_model(str(tmp_path))
+    assert found["num_key_value_heads"] == 4
+    assert found["quantized"] and found["quantization"] == "awq"
+    assert found["param_count"] == 500 and found["param_count_source"] == "file sizes / 2 bytes"
+
+
+def test_corrupt_safetensors_falls_back_to_sizes_with_a_warning(model):
+    (model / "model-00002-of-00002.safetensors").write_bytes(struct.pack("<Q", 500) + b"{")
+    found = inspect_model(str(model))
+    assert found["ok"] and found["param_count_source"] == "file sizes / 2 bytes"
+    assert "incomplete metadata" in found["warnings"][0]
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("relative/model", "is not absolute"),
+        ("/tmp/x\0y", "NUL"),
+        ("", "empty"),
+        ("/definitely/not/here", "does not exist"),
+    ],
+)
+def test_refused_paths(path, message):
+    found = inspect_model(path)
+    assert found["ok"] is False and found["field"] == "model_path" and message in found["error"]
+
+
+def test_missing_or_broken_config(tmp_path):
+    assert "has no config.json" in inspect_model(str(tmp_path))["error"]
+    (tmp_path / "config.json").write_text("{not json")
+    assert "not valid JSON" in inspect_model(str(tmp_path))["error"]

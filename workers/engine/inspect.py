@@ -1,0 +1,167 @@
+"""What a local model directory holds, read without torch: config.json fields, weight files,
+and the parameter count from the safetensors headers.
+
+Read-only; never loads weights (a safetensors header is 8 bytes of length + a JSON header).
+Errors come back as {"ok": False, "error": ..., "field": "model_path"}, never as exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+_HEADER_MAX = 100 * 1024 * 1024  # a larger "header" means a corrupt or foreign file
+_BYTES_PER_DTYPE = {
+    "float32": 4,
+    "float": 4,
+    "float16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "int8": 1,
+}
+_CONFIG_FIELDS = (
+    "model_type",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "num_hidden_layers",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+)
+
+
+def _error(message: str) -> dict[str, Any]:
+    return {"ok": False, "error": message, "field": "model_path"}
+
+
+def _directory(path: str) -> Path | dict[str, Any]:
+    """The resolved model directory, or an error dict."""
+    if not isinstance(path, str) or not path:
+        return _error("model path is empty")
+    if "\0" in path:
+        return _error("model path contains a NUL character")
+    if not os.path.isabs(path):
+        return _error(f"model path {path!r} is not absolute")
+    resolved = Path(path).resolve()
+    if not resolved.is_dir():
+        return _error(f"model path {resolved} does not exist or is not a directory")
+    return resolved
+
+
+def _config(directory: Path) -> dict[str, Any]:
+    path = directory / "config.json"
+    if not path.is_file():
+        return _error(f"model path {directory} has no config.json")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        return _error(f"{path}: unreadable ({exc})")
+    except ValueError as exc:
+        return _error(f"{path}: not valid JSON ({exc})")
+    if not isinstance(data, dict):
+        return _error(f"{path}: not a JSON object")
+    return {"ok": True, "config": data}
+
+
+def _config_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """The fields the console checks, looking into text_config for multimodal models."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    found: dict[str, Any] = {}
+    for name in _CONFIG_FIELDS:
+        found[name] = config.get(name, text.get(name))
+    if found["num_key_value_heads"] is None:
+        found["num_key_value_heads"] = found["num_attention_heads"]
+    architectures = config.get("architectures") or []
+    found["architectures"] = list(architectures) if isinstance(architectures, list) else []
+    found["architecture"] = found["architectures"][0] if found["architectures"] else None
+    found["torch_dtype"] = config.get("torch_dtype") or config.get("dtype") or text.get("dtype")
+    quant = config.get("quantization_config")
+    found["quantized"] = isinstance(quant, dict)
+    found["quantization"] = quant.get("quant_method") if isinstance(quant, dict) else None
+    return found
+
+
+def safetensors_params(path: Path) -> int:
+    """Parameters in one .safetensors file, from its header. Raises ValueError if corrupt."""
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) != 8:
+            raise ValueError("shorter than the 8-byte header length")
+        (length,) = struct.unpack("<Q", head)
+        if length > _HEADER_MAX:
+            raise ValueError(f"header length {length} is implausible")
+        raw = fh.read(length)
+    if len(raw) != length:
+        raise ValueError("incomplete metadata (header cut short)")
+    header = json.loads(raw)
+    total = 0
+    for name, tensor in header.items():
+        if name != "__metadata__":
+            total += math.prod(int(n) for n in tensor["shape"])
+    return total
+
+
+def _weights(directory: Path) -> dict[str, Any]:
+    files = sorted(
+        p for p in directory.iterdir() if p.is_file() and p.suffix in (".safetensors", ".bin")
+    )
+    listed = [{"name": p.name, "bytes": p.stat().st_size} for p in files]
+    return {"weight_files": listed, "weights_bytes": sum(f["bytes"] for f in listed)}
+
+
+def _param_count(
+    directory: Path, weights: dict[str, Any], dtype: str | None
+) -> tuple[int | None, str | None, list[str]]:
+    """(count, how it was found, warnings)."""
+    names = [f["name"] for f in weights["weight_files"]]
+    shards = [directory / n for n in names if n.endswith(".safetensors")]
+    warnings: list[str] = []
+    if shards:
+        total = 0
+        for shard in shards:
+            try:
+                total += safetensors_params(shard)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                warnings.append(f"{shard.name}: unreadable safetensors header ({exc})")
+        if not warnings:
+            return total, "safetensors headers", warnings
+    if weights["weights_bytes"]:
+        per = _BYTES_PER_DTYPE.get(str(dtype or "").lower(), 2)
+        return weights["weights_bytes"] // per, f"file sizes / {per} bytes", warnings
+    return None, None, warnings
+
+
+def inspect_model(path: str) -> dict[str, Any]:
+    """Describe the model at `path` (an absolute local directory). ok=True with the config
+    fields, weight files, total bytes and parameter count; ok=False with `error` and
+    `field: "model_path"` when the path is refused or has no readable config.json."""
+    directory = _directory(path)
+    if isinstance(directory, dict):
+        return directory
+    loaded = _config(directory)
+    if not loaded["ok"]:
+        return loaded
+    fields = _config_fields(loaded["config"])
+    weights = _weights(directory)
+    count, source, warnings = _param_count(directory, weights, fields["torch_dtype"])
+    if not weights["weight_files"]:
+        warnings.append("no *.safetensors or *.bin weight files")
+    has_tokenizer = any(
+        (directory / n).is_file() for n in ("tokenizer.json", "tokenizer.model", "vocab.json")
+    )
+    return {
+        "ok": True,
+        "path": str(directory),
+        **fields,
+        **weights,
+        "param_count": count,
+        "param_count_source": source,
+        "has_tokenizer": has_tokenizer,
+        "warnings": warnings,
+    }

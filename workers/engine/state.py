@@ -1,0 +1,166 @@
+"""One supervised engine in memory (`Engine`) and on disk (`state.json`).
+
+`<state_dir>/engines/<replica_id>/state.json` is written atomically (temp file + rename) on
+every spawn and every backoff / crash-loop, and removed on a requested stop, so that an
+agent that restarts can find its engines again (`Supervisor.adopt`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+from pydantic import ValidationError
+
+from workers.contracts import EnginePhase, EngineReport, EngineSpec
+from workers.engine.policy import HealthTracker
+
+log = logging.getLogger("workers.engine")
+STATE_FILE = "state.json"
+
+
+@dataclass
+class Termination:
+    """The monitor is ending a process it gave up on (phase timeout), without blocking."""
+
+    reason: str
+    kill_at: float  # monotonic: SIGKILL the group if it is still there then
+    extra: list[psutil.Process] = field(default_factory=list)  # descendants outside the group
+    killed: bool = False
+
+
+@dataclass
+class Engine:
+    """Everything the supervisor knows about one replica (one generation)."""
+
+    spec: EngineSpec
+    directory: Path
+    phase: str = EnginePhase.STARTING
+    reason: str = ""
+    proc: subprocess.Popen | None = None
+    pid: int | None = None
+    create_time: float | None = None
+    adopted: bool = False  # found alive after an agent restart: not our child
+    run: int = 0
+    log_path: Path | None = None
+    phase_since: float = field(default_factory=time.monotonic)
+    restarts: int = 0
+    crashes: list[float] = field(default_factory=list)  # wall-clock times, for the window
+    backoff_until: float = 0.0  # monotonic
+    exit_code: int | None = None
+    signal: int | None = None
+    stop_requested: bool = False
+    terminating: Termination | None = None
+    health: HealthTracker = field(default_factory=HealthTracker)
+    metrics: dict[str, float] = field(default_factory=dict)
+    log_tail: list[str] = field(default_factory=list)
+
+    @property
+    def replica_id(self) -> int:
+        return self.spec.replica_id
+
+    @property
+    def generation(self) -> int:
+        return self.spec.generation
+
+    def set_phase(self, phase: str, reason: str = "") -> bool:
+        """Change phase (restarting the phase clock); False when nothing changed."""
+        changed = phase != self.phase or reason != self.reason
+        if phase != self.phase:
+            self.phase_since = time.monotonic()
+        self.phase, self.reason = phase, reason
+        return changed
+
+    def report(self, node: str) -> EngineReport:
+        return EngineReport(
+            node=node,
+            replica_id=self.replica_id,
+            generation=self.generation,
+            phase=self.phase,
+            reason=self.reason,
+            pid=self.pid,
+            port=self.spec.port,
+            exit_code=self.exit_code,
+            signal=self.signal,
+            restarts=self.restarts,
+            log_path=str(self.log_path) if self.log_path else None,
+            at=datetime.now(UTC),
+            metrics=dict(self.metrics),
+            log_tail=list(self.log_tail),
+        )
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "replica_id": self.replica_id,
+            "generation": self.generation,
+            "phase": self.phase,
+            "pid": self.pid,
+            "create_time": self.create_time,
+            "port": self.spec.port,
+            "run": self.run,
+            "restarts": self.restarts,
+            "crashes": self.crashes,
+            "log_path": str(self.log_path) if self.log_path else None,
+            "spec": self.spec.model_dump(mode="json"),
+        }
+
+
+def write_state(engine: Engine) -> None:
+    """Atomically (re)write the engine's state file."""
+    engine.directory.mkdir(parents=True, exist_ok=True)
+    path = engine.directory / STATE_FILE
+    tmp = path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(engine.to_state(), fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def remove_state(directory: Path) -> None:
+    try:
+        (directory / STATE_FILE).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def load_state(directory: Path) -> Engine | None:
+    """The engine recorded in directory/state.json, or None (missing or unreadable: logged)."""
+    path = directory / STATE_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        spec = EngineSpec.model_validate(data["spec"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
+        log.error("ignoring unreadable engine state %s: %s", path, exc)
+        return None
+    log_path = data.get("log_path")
+    return Engine(
+        spec=spec,
+        directory=directory,
+        phase=str(data.get("phase") or EnginePhase.STARTING),
+        pid=data.get("pid"),
+        create_time=data.get("create_time"),
+        run=int(data.get("run") or 0),
+        restarts=int(data.get("restarts") or 0),
+        crashes=[float(t) for t in data.get("crashes") or []],
+        log_path=Path(log_path) if log_path else None,
+    )
+
+
+def all_state_dirs(state_dir: Path) -> list[Path]:
+    """Replica directories that hold a state file, in replica order."""
+    root = Path(state_dir) / "engines"
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.name.isdigit() and (p / STATE_FILE).is_file()]
+    return sorted(found, key=lambda p: int(p.name))
