@@ -1,3 +1,114 @@
+"""REST routes for diagnosis: thin adapters over services.
+
+POST /diagnose is a read-only computation (nothing is stored), so unlike other writes it is
+open to viewers: it authenticates with its own viewer-level session/token checks instead of
+the API-wide rule that non-GET methods need the operator role. The body is read here rather
+than by ninja so that a log over 5 MB gets a 422 naming "text" whatever Django's
+DATA_UPLOAD_MAX_MEMORY_SIZE is.
+"""
+
+import json
+
 from ninja import Router
+from ninja.security import APIKeyCookie, HttpBearer
+from pydantic import ValidationError
+
+from console.accounts.models import Role
+from console.accounts.services import actor_from_request, authenticate_token, check_role
+from console.diagnosis import faultcodes, services
+from console.diagnosis.schemas import DiagnoseIn, DiagnosisOut, FaultLevelOut
+from console.errors import Invalid
 
 router = Router(tags=["diagnosis"])
+
+# JSON escapes can make text up to six times longer (\uXXXX); refuse bodies beyond that.
+MAX_BODY_BYTES = services.MAX_TEXT_BYTES * 6 + 64 * 1024
+
+
+class ViewerTokenAuth(HttpBearer):
+    """`Authorization: Bearer npc_…` of a user with at least the viewer role (any scope)."""
+
+    def authenticate(self, request, token):
+        api_token = authenticate_token(token)
+        if api_token is None:
+            return None
+        request.user = api_token.user
+        request.api_token = api_token
+        check_role(actor_from_request(request), Role.VIEWER)
+        return api_token
+
+
+class ViewerSessionAuth(APIKeyCookie):
+    """The browser session of a user with at least the viewer role (CSRF-checked)."""
+
+    param_name = "sessionid"
+
+    def authenticate(self, request, key):
+        if not request.user.is_authenticated:
+            return None
+        check_role(actor_from_request(request), Role.VIEWER)
+        return request.user
+
+
+def _too_big() -> Invalid:
+    return Invalid("text: the log is larger than 5 MB", field="text")
+
+
+def _read_payload(request) -> DiagnoseIn:
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > MAX_BODY_BYTES:
+        raise _too_big()
+    raw = request.read(MAX_BODY_BYTES + 1)
+    if len(raw) > MAX_BODY_BYTES:
+        raise _too_big()
+    try:
+        data = json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError):
+        raise Invalid("body: not valid JSON", field="body") from None
+    try:
+        return DiagnoseIn.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "body"
+        raise Invalid(f"{field}: {first['msg']}", field=field) from None
+
+
+_BODY_DOC = {
+    "x-read-only": True,  # a POST that changes nothing: viewers may call it
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": DiagnoseIn.model_json_schema()}},
+    },
+}
+
+
+@router.post(
+    "/diagnose",
+    response=list[DiagnosisOut],
+    auth=[ViewerTokenAuth(), ViewerSessionAuth(csrf=True)],
+    openapi_extra=_BODY_DOC,
+)
+def diagnose(request):
+    """Match a log (≤ 5 MB) plus optional exit code, signal, npu-smi health and telemetry
+    against the rule base. Returns the diagnoses best first; [] when nothing is recognised."""
+    payload = _read_payload(request)
+    found = services.diagnose_text(
+        text=payload.text,
+        exit_code=payload.exit_code,
+        signal=payload.signal,
+        health=payload.health,
+        telemetry=payload.telemetry,
+    )
+    return [d.as_dict() for d in found]
+
+
+@router.get("/diagnose/fault-codes/{code}", response=FaultLevelOut)
+def fault_code(request, code: str):
+    """The device-plugin handling level of an Ascend chip fault code (hex, e.g. 80E01801)."""
+    try:
+        return faultcodes.fault_level(code)
+    except ValueError:
+        raise Invalid("code: expected 8 hex digits such as 80E01801", field="code") from None

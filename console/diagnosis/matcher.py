@@ -82,29 +82,37 @@ class _Hits:
         self.evidence.append(Evidence(number, text))
 
 
-def _scan(lines: list[str], rules: tuple[CompiledRule, ...]) -> dict[int, _Hits]:
-    """One pass over the lines; returns hits for each rule index whose log trigger fired."""
+def _check(rule: CompiledRule, hit: _Hits, number: int, line: str) -> None:
+    for regex in rule.line_regexes:
+        if regex.search(line):
+            hit.matched = True
+            hit.add(number, line)
+            break
+    for k, regex in enumerate(rule.requires):
+        if not hit.required[k] and regex.search(line):
+            hit.required[k] = True
+            hit.add(number, line)
+    if hit.matched and len(hit.evidence) >= MAX_EVIDENCE and all(hit.required):
+        hit.full = True  # nothing more to learn about this rule
+
+
+def _scan(lines: list[str], book: RuleBook) -> dict[int, _Hits]:
+    """One pass over the lines; returns hits for each rule index whose log trigger fired.
+    A rule's regexes run only on lines holding one of their required literals."""
+    rules, index = book.rules, book.index
     hits = {i: _Hits(len(r.requires)) for i, r in enumerate(rules) if r.line_regexes}
-    active = [i for i in hits]
+    keywords, by_keyword = index.keywords, index.rules_by_keyword
     for number, line in enumerate(lines, start=1):
-        if not line:
+        present = [k for k in keywords if k in line]
+        if not present and not index.always:
             continue
-        retired = False
-        for i in active:
-            rule, hit = rules[i], hits[i]
-            for regex in rule.line_regexes:
-                if regex.search(line):
-                    hit.matched = True
-                    hit.add(number, line)
-                    break
-            for k, regex in enumerate(rule.requires):
-                if not hit.required[k] and regex.search(line):
-                    hit.required[k] = True
-                    hit.add(number, line)
-            if hit.matched and len(hit.evidence) >= MAX_EVIDENCE and all(hit.required):
-                hit.full = retired = True  # nothing more to learn about this rule
-        if retired:
-            active = [i for i in active if not hits[i].full]
+        candidates = set(index.always)
+        for k in present:
+            candidates.update(by_keyword[k])
+        for i in candidates:
+            hit = hits.get(i)
+            if hit is not None and not hit.full:
+                _check(rules[i], hit, number, line)
     return {i: h for i, h in hits.items() if h.matched and all(h.required)}
 
 
@@ -147,7 +155,7 @@ def diagnose(
     UNKNOWN, any case)."""
     book = book or rulebook()
     exit_code, signal, health = _normalise(exit_code, signal, health)
-    hits = _scan(text.splitlines(), book.rules)
+    hits = _scan(text.splitlines(), book)
     found: list[tuple[CompiledRule, _Hits]] = []
     for i, rule in enumerate(book.rules):
         hit = hits.get(i)

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from re import _constants as sre_constants  # CPython's regex parser: only for the speed-up
+from re import _parser as sre_parser
 from typing import Literal
 
 import yaml
@@ -196,9 +198,20 @@ class CompiledRule:
 
 
 @dataclass(frozen=True)
+class KeywordIndex:
+    """A literal that each regex needs, so the matcher runs a rule's regexes only on lines
+    containing one of its literals (`in` is far cheaper than a regex search)."""
+
+    keywords: tuple[str, ...]
+    rules_by_keyword: dict[str, tuple[int, ...]]
+    always: tuple[int, ...]  # rules with a regex no literal could be drawn from
+
+
+@dataclass(frozen=True)
 class RuleBook:
     rules: tuple[CompiledRule, ...]
     categories: dict[str, str]  # name -> reason ("" for the fixed vocabulary)
+    index: KeywordIndex = field(default_factory=lambda: KeywordIndex((), {}, ()))
 
     def by_id(self, rule_id: str) -> CompiledRule:
         for compiled in self.rules:
@@ -226,6 +239,59 @@ def compile_rule(rule: Rule, file: str) -> CompiledRule:
         line_regexes=tuple(regexes),
         requires=tuple(re.compile(p) for p in rule.match.requires),
         telemetry=tuple(telemetry),
+    )
+
+
+def _literal_runs(items) -> list[str]:
+    runs, current = [], []
+    for op, arg in items:
+        if op is sre_constants.LITERAL:
+            current.append(chr(arg))
+            continue
+        if current:
+            runs.append("".join(current))
+            current = []
+    if current:
+        runs.append("".join(current))
+    return runs
+
+
+def required_literals(pattern: str) -> tuple[str, ...] | None:
+    """Literals of which every match of `pattern` contains at least one, or None when none
+    can be drawn (then the regex runs on every line). Only a speed-up: never changes results."""
+    try:
+        parsed = sre_parser.parse(pattern)
+        if parsed.state.flags & re.IGNORECASE:
+            return None
+        items = list(parsed)
+        single_branch = len(items) == 1 and items[0][0] is sre_constants.BRANCH
+        branches = items[0][1][1] if single_branch else [items]
+        found = []
+        for branch in branches:
+            best = max(_literal_runs(branch), key=len, default="")
+            if len(best) < 3:
+                return None
+            found.append(best)
+        return tuple(found)
+    except Exception:  # noqa: BLE001 - an internal API changed: fall back to always running
+        return None
+
+
+def build_index(rules: tuple[CompiledRule, ...]) -> KeywordIndex:
+    by_keyword: dict[str, set[int]] = {}
+    always: set[int] = set()
+    for i, rule in enumerate(rules):
+        for regex in rule.line_regexes + rule.requires:
+            literals = required_literals(regex.pattern)
+            if literals is None:
+                always.add(i)
+                continue
+            for literal in literals:
+                by_keyword.setdefault(literal, set()).add(i)
+    return KeywordIndex(
+        keywords=tuple(sorted(by_keyword)),
+        rules_by_keyword={k: tuple(sorted(v)) for k, v in by_keyword.items()},
+        always=tuple(sorted(always)),
     )
 
 
@@ -264,7 +330,8 @@ def load_rules(directory: Path = RULES_DIR) -> RuleBook:
                 raise RuleFileError(f"{path.name}: rule {rule_id}: {_error_text(exc)}") from None
     if not parsed:
         raise RuleFileError(f"{directory}: no rule files")
-    return RuleBook(rules=_check_and_compile(parsed, categories), categories=categories)
+    compiled = _check_and_compile(parsed, categories)
+    return RuleBook(rules=compiled, categories=categories, index=build_index(compiled))
 
 
 def _check_and_compile(parsed: list[tuple[str, Rule]], categories: dict[str, str]):

@@ -1,1 +1,8 @@
-urlpatterns: list = []
+from django.urls import path
+
+from console.diagnosis import views
+
+urlpatterns = [
+    path("diagnose/", views.diagnose_page, name="diagnose"),
+    path("diagnose/rules/", views.rules_page, name="diagnosis-rules"),
+]

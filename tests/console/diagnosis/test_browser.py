@@ -1,0 +1,43 @@
+"""In a real browser: paste a log, get the ranked result through htmx; filter the rules."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.browser.conftest import browser, page  # noqa: F401 - shared Playwright fixtures
+from tests.console.diagnosis.samples import log_text, resolve
+from tests.helpers import make_user
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_paste_a_log_and_filter_the_rules(page, live_server, tmp_path):  # noqa: F811
+    make_user("vera", "viewer")
+    page.goto(f"{live_server.url}/diagnose/")
+    assert "/login/" in page.url
+    page.fill("#id_username", "vera")
+    page.fill("#id_password", "pw-vera-123")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/diagnose/")
+    text = log_text(resolve("err-507011-event-query-fftsplus-aicore-hccl-watchdog.txt"))
+    page.fill("#log-text", text)
+    page.click("button:has-text('Diagnose')")
+    first = page.locator("#finding-1")
+    first.wait_for()
+    assert first.get_attribute("data-rule") == "aicore-exception"
+    assert "Most likely" in first.locator("h2").inner_text()
+    assert first.locator("pre.log .lvl-error").count() >= 1
+    assert first.locator("ol.remediation li code").count() >= 1
+    assert page.url.endswith("/diagnose/")  # swapped in place by htmx, no navigation
+    page.screenshot(path=str(tmp_path / "diagnose.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/diagnose/rules/")
+    page.fill("[data-filter-table='#rules']", "507035")
+    visible = page.locator("#rules tbody tr:visible")
+    assert visible.count() >= 1
+    assert all("507035" in visible.nth(i).inner_text() for i in range(visible.count()))
+    if os.environ.get("NPC_KEEP_SCREENSHOTS"):
+        page.screenshot(path=os.environ["NPC_KEEP_SCREENSHOTS"] + "/rules.png", full_page=True)
+        page.goto(f"{live_server.url}/diagnose/")

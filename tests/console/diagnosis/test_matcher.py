@@ -1,0 +1,124 @@
+"""The matcher: ranking root causes over consequences, empty when nothing is known, non-log
+triggers, evidence handling, speed."""
+
+from __future__ import annotations
+
+import time
+
+from console.diagnosis.matcher import MAX_EVIDENCE, diagnose
+from console.diagnosis.rulebook import KeywordIndex, RuleBook, rulebook
+from tests.console.diagnosis.samples import error_samples, log_text, resolve
+
+
+def _text(*names: str) -> str:
+    return "\n".join(log_text(resolve(n)) for n in names)
+
+
+def _rules(found) -> list[str]:
+    return [d.rule for d in found]
+
+
+def test_unrelated_logs_give_an_empty_list():
+    for name in (
+        "npu-smi-info-910b4-single.txt",
+        "npu-smi-info-910-atlas800-9010-v24.1rc2-warning-procs.txt",
+        "driver-install-310p-log-v25.3rc1.txt",
+        "plog-hccl-timeouts-defaults.txt",
+        "npu-smi-info-t-health-device-950-doc.txt",
+    ):
+        assert diagnose(_text(name)) == [], name
+    assert diagnose("") == []
+    assert diagnose("INFO:     Application startup complete.") == []
+
+
+def test_npu_oom_ranks_above_engine_core_initialization_failed():
+    # The OOM is printed by a worker before the API server's generic wrapper error.
+    found = diagnose(
+        _text("err-oom-npu-out-of-memory-v071.txt", "err-engine-core-init-failed-err99999.txt")
+    )
+    assert found[0].category == "npu-oom"
+    assert _rules(found).index("npu-oom-torch-npu") < _rules(found).index("engine-core-init-failed")
+    # Even when the wrapper comes first in the text, the root cause still wins.
+    found = diagnose(
+        _text("err-engine-core-init-failed-err99999.txt", "err-oom-npu-out-of-memory-v071.txt")
+    )
+    assert found[0].rule == "npu-oom-torch-npu"
+
+
+def test_stuck_remote_rank_ranks_above_the_failed_collective():
+    found = diagnose(_text("err-hccl-allreduce-error-6-ei0006-remote-rank-stuck.txt"))
+    assert _rules(found)[:2] == ["hccl-remote-rank-stuck", "hccl-collective-op-error"]
+
+
+def test_device_exception_ranks_above_the_hccl_watchdog():
+    found = diagnose(_text("err-507011-event-query-fftsplus-aicore-hccl-watchdog.txt"))
+    rules = _rules(found)
+    assert rules[0] == "aicore-exception"
+    assert rules.index("hccl-watchdog-terminated") > rules.index("model-execute-failed-507011")
+
+
+def test_missing_driver_files_rank_above_the_hccl_error_they_cause():
+    found = diagnose(_text("err-hccl-ei0014-driver-topo-missing-950.txt"))
+    assert _rules(found) == ["hccl-topo-file-missing", "hccl-communicator-init-ei0014"]
+
+
+def test_generic_crash_rules_only_fire_on_crash_markers():
+    assert diagnose("ERROR something odd happened\nWARNING retrying") == []
+    found = diagnose("Traceback (most recent call last):\nKeyError: 'x'")
+    assert _rules(found) == ["python-traceback"]
+
+
+def test_exit_code_signal_health_and_telemetry_triggers():
+    assert _rules(diagnose("", exit_code=137)) == ["killed-by-sigkill"]
+    assert _rules(diagnose("", exit_code=-9)) == ["killed-by-sigkill"]  # Popen's returncode
+    assert diagnose("", exit_code=1) == []
+    sigkill = diagnose("", signal=9)[0]
+    assert sigkill.evidence[0].line is None and sigkill.evidence[0].text == "killed by signal 9"
+    assert _rules(diagnose("", health="warning")) == ["npu-health-degraded"]
+    assert diagnose("", health="OK") == []
+    assert _rules(diagnose("", telemetry={"temperature_c": 85})) == ["npu-over-temperature"]
+    assert diagnose("", telemetry={"temperature_c": 84.9, "power_w": 300}) == []
+
+
+def test_host_oom_explains_a_sigkill():
+    found = diagnose("Out of memory: Killed process 4567 (python3) total-vm:1kB", signal=9)
+    assert _rules(found) == ["host-oom-killer", "killed-by-sigkill"]
+
+
+def test_evidence_is_deduplicated_and_capped():
+    line = "RuntimeError: NPU out of memory. Tried to allocate 30.00 MiB (NPU 3)"
+    text = "\n".join([line] * 50 + [f"{line} #{n}" for n in range(20)])
+    top = diagnose(text)[0]
+    assert len(top.evidence) == MAX_EVIDENCE
+    assert [e.line for e in top.evidence] == [1, 51, 52, 53, 54]
+    assert top.as_dict()["evidence"][0] == {"line": 1, "text": line}
+
+
+def test_requires_must_co_occur():
+    assert diagnose("Memory async failed, check kind and loc") == []
+    found = diagnose("EE1001: The argument is invalid.\nMemory async failed, check kind and loc")
+    assert _rules(found) == ["ee1001-memcpy-kind-invalid"]
+
+
+def test_keyword_index_never_changes_the_result():
+    book = rulebook()
+    brute = RuleBook(
+        rules=book.rules,
+        categories=book.categories,
+        index=KeywordIndex((), {}, tuple(range(len(book.rules)))),
+    )
+    for path in error_samples():
+        text = log_text(path)
+        assert [d.as_dict() for d in diagnose(text)] == [
+            d.as_dict() for d in diagnose(text, book=brute)
+        ], path.name
+
+
+def test_ten_thousand_lines_in_well_under_a_second():
+    lines = "\n".join(log_text(p) for p in error_samples()).splitlines()
+    text = "\n".join((lines * (10_000 // len(lines) + 1))[:10_000])
+    diagnose(text)
+    start = time.perf_counter()
+    found = diagnose(text)
+    assert time.perf_counter() - start < 1.0
+    assert found and len({d.rule for d in found}) == len(found)
