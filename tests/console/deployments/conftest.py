@@ -8,7 +8,7 @@ QWEN_7B_LIKE = {
     "ok": True,
     "architectures": ["Qwen2ForCausalLM"],
     "model_type": "qwen2",
-    "parameters": 7_615_616_512,
+    "param_count": 7_615_616_512,
     "num_attention_heads": 28,
     "num_key_value_heads": 4,
     "num_hidden_layers": 28,

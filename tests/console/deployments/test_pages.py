@@ -1,0 +1,66 @@
+"""Deployment pages: live validation as the form changes, create, detail, actions."""
+
+from __future__ import annotations
+
+from console.deployments.models import Deployment
+from tests.factories import make_node
+
+FORM = {
+    "name": "r1-7b",
+    "model_path": "/models/r1-7b",
+    "served_model_name": "r1-7b",
+    "device": "npu",
+    "tensor_parallel_size": "1",
+    "pipeline_parallel_size": "1",
+    "npus_per_replica": "1",
+    "gpu_memory_utilization": "0.9",
+    "replicas": "1",
+    "dtype": "auto",
+    "quantization": "",
+    "max_model_len": "8192",
+}
+
+
+def test_live_validation_shows_the_estimate_or_the_field_problem(operator_client, fake_inspect):
+    make_node("kp-01", npus=8)
+    ok = operator_client.post("/deployments/validate", FORM, HTTP_HX_REQUEST="true")
+    body = ok.content.decode()
+    assert (
+        ok.status_code == 200
+        and 'data-testid="estimate"' in body
+        and "7615616512 parameters" in body
+    )
+    bad = operator_client.post(
+        "/deployments/validate", {**FORM, "block_size": "16MB"}, HTTP_HX_REQUEST="true"
+    )
+    assert "block size counts tokens" in bad.content.decode()
+
+
+def test_create_from_the_form_and_see_the_detail_page(operator_client, fake_inspect):
+    make_node("kp-01", npus=8)
+    resp = operator_client.post("/deployments/new", FORM)
+    assert resp.status_code == 302
+    dep = Deployment.objects.get(name="r1-7b")
+    assert dep.block_size == 128 and dep.desired_state == "stopped"
+    page = operator_client.get("/deployments/r1-7b/").content.decode()
+    assert "Memory estimate" in page and "Start" in page
+    operator_client.post("/deployments/r1-7b/start")
+    assert Deployment.objects.get(name="r1-7b").desired_state == "running"
+
+
+def test_form_errors_keep_the_input_and_name_the_field(operator_client, fake_inspect):
+    make_node("kp-01", npus=8)
+    resp = operator_client.post("/deployments/new", {**FORM, "tensor_parallel_size": "2"})
+    assert resp.status_code == 422
+    body = resp.content.decode()
+    assert "tensor_parallel_size" in body and 'value="/models/r1-7b"' in body
+    assert not Deployment.objects.exists()
+
+
+def test_viewers_see_deployments_but_cannot_act(viewer_client, operator_client, fake_inspect):
+    make_node("kp-01", npus=8)
+    operator_client.post("/deployments/new", FORM)
+    assert viewer_client.get("/deployments/").status_code == 200
+    assert viewer_client.get("/deployments/r1-7b/").status_code == 200
+    assert viewer_client.post("/deployments/r1-7b/start").status_code == 403
+    assert viewer_client.get("/deployments/new").status_code == 403
