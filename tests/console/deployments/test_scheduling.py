@@ -209,3 +209,27 @@ def test_scale_down_stops_the_extra_replica(actor, fake_inspect, no_dispatch):
     reconcile()
     assert Replica.objects.get(index=1).state == "stopping"
     assert Replica.objects.get(index=0).state == "scheduled"
+
+
+def test_a_report_older_than_the_known_state_is_ignored(actor, fake_inspect):
+    from datetime import timedelta
+
+    make_node("a", npus=4)
+    deploy(actor, replicas=1)
+    services.set_desired(actor=actor, name="d1", state="running")
+    reconcile()
+    replica = Replica.objects.get()
+    report(replica, "starting")
+    report(replica, "failed", reason="exit code 1")
+    stale = datetime.now(UTC) - timedelta(seconds=30)
+    apply_report(
+        {
+            "node": "a",
+            "replica_id": replica.pk,
+            "generation": replica.generation,
+            "phase": "starting",
+            "at": stale.isoformat(),
+        }
+    )
+    replica.refresh_from_db()
+    assert replica.state == "failed"

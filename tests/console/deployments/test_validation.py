@@ -97,3 +97,9 @@ def test_no_online_node_to_inspect_on(operator_client, db, fake_inspect):
 def test_duplicate_name_is_a_conflict(operator_client, node, fake_inspect):
     assert post(operator_client).status_code == 201
     assert post(operator_client).status_code == 409
+
+
+def test_cpu_engines_refuse_block_size_16_as_vllm_cpu_does(operator_client, node, fake_inspect):
+    resp = post(operator_client, device="cpu", block_size=16)
+    assert resp.status_code == 422 and resp.json()["field"] == "block_size"
+    assert "multiples of 32" in resp.json()["message"]

@@ -38,5 +38,6 @@ EXPECTED = {
     "err-model-missing.log": "model-not-found",
     "err-port-in-use.log": "port-in-use",
     "err-tp-heads.log": "config-invalid",
+    "err-cpu-block-size.log": "config-invalid",
     "err-unknown-flag.log": "config-invalid",
 }
