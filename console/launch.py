@@ -159,6 +159,7 @@ def main() -> int:
         )
         print(f"[launch] embedded Redis on {settings.EMBEDDED_REDIS_SOCKET}", flush=True)
     env.setdefault("NPU_AGENT_BROKER_URL", settings.CELERY_BROKER_URL)
+    env.setdefault("NPU_AGENT_STATE_DIR", str(settings.VAR_DIR / "agent"))
     env.setdefault("NPU_AGENT_ENROLL_TOKEN", _local_enroll_token(settings.VAR_DIR))
 
     procs: dict[str, subprocess.Popen] = {}
@@ -186,6 +187,11 @@ def main() -> int:
     finally:
         print("[launch] stopping…", flush=True)
         _stop_all(procs)
+        from workers.engine.supervisor import stop_all_recorded
+
+        engines = stop_all_recorded(Path(env["NPU_AGENT_STATE_DIR"]))
+        if engines:
+            print(f"[launch] stopped {engines} engine(s) the local agent was running", flush=True)
         if redis_proc is not None:
             embedded_redis.stop(redis_proc)
         print("[launch] stopped", flush=True)

@@ -246,3 +246,22 @@ class Supervisor:
     def _monitor(self, halt: threading.Event) -> None:
         while not halt.wait(self.probe_interval_s):
             self.check_all()
+
+
+def stop_all_recorded(state_dir: Path, grace_s: float = 20.0) -> int:
+    """Stop every engine recorded under `state_dir` (for `make run`'s Ctrl-C, where nothing
+    may outlive the console; a production agent leaves engines running). Returns how many."""
+    from workers.engine.process import matching_process, terminate_group
+    from workers.engine.state import all_state_dirs, load_state, remove_state
+
+    stopped = 0
+    for directory in all_state_dirs(Path(state_dir)):
+        engine = load_state(directory)
+        if engine is None:
+            continue
+        proc = matching_process(engine.pid, engine.create_time)
+        if proc is not None:
+            terminate_group(proc.pid, engine.create_time, grace_s)
+            stopped += 1
+        remove_state(directory)
+    return stopped

@@ -242,3 +242,16 @@ def test_a_chatty_engine_log_stays_bounded_and_readers_see_overflow(supervisor, 
     chunk = sup.log_tail(1, 0, 1000)
     assert chunk["overflow"] and chunk["next_offset"] > 4000
     assert re.match(r"fake-vllm: spam \d{6} x+\n", chunk["text"])  # whole lines
+
+
+def test_stop_all_recorded_ends_engines_left_by_a_gone_agent(supervisor, spec, reports):
+    from workers.engine.supervisor import stop_all_recorded
+
+    sup = supervisor()
+    pid = sup.start(spec()).pid
+    reports.wait(P.READY)
+    sup.shutdown()  # the agent goes away; the engine keeps running by design
+    assert alive(pid)
+    assert stop_all_recorded(sup.state_dir, grace_s=5) == 1
+    wait_for(lambda: not alive(pid), 10, "the engine to be gone")
+    assert not list(sup.state_dir.glob("engines/*/state.json"))
