@@ -28,6 +28,54 @@ PHASE_TO_STATE = {
     EnginePhase.CRASH_LOOP: ReplicaState.CRASH_LOOP,
 }
 METRICS_TTL_S = 60
+SERIES_POINTS = 720  # one hour of 5-second heartbeats
+
+
+def series_key(replica_id: int) -> str:
+    return f"npc:engine-series:{replica_id}"
+
+
+def engine_charts(replica_id: int) -> list[dict]:
+    """The replica's last hour from heartbeats: tokens/s, running/waiting, KV cache %, TTFT."""
+    points = [json.loads(p) for p in get_redis().lrange(series_key(replica_id), 0, -1)]
+    if len(points) < 2:
+        return []
+    xs = [int(datetime.fromisoformat(p["at"]).timestamp()) for p in points]
+    gen = [p.get("generation_tokens_total") or 0 for p in points]
+    rate = [None] + [
+        max(0.0, (gen[i] - gen[i - 1]) / max(1, xs[i] - xs[i - 1])) for i in range(1, len(xs))
+    ]
+
+    def col(key, scale=1.0):
+        return [None if p.get(key) is None else round(p[key] * scale, 3) for p in points]
+
+    specs = [
+        (
+            "Output tokens/s",
+            [{"label": "tokens/s", "values": [None if r is None else round(r, 2) for r in rate]}],
+            "tok/s",
+        ),
+        (
+            "Requests",
+            [
+                {"label": "running", "values": col("num_requests_running")},
+                {"label": "waiting", "values": col("num_requests_waiting")},
+            ],
+            "",
+        ),
+        ("KV cache used %", [{"label": "KV %", "values": col("kv_cache_usage_perc", 100)}], "%"),
+        (
+            "Time to first token (s)",
+            [
+                {"label": "p50", "values": col("time_to_first_token_seconds_p50")},
+                {"label": "p99", "values": col("time_to_first_token_seconds_p99")},
+            ],
+            "s",
+        ),
+    ]
+    return [
+        {"title": t, "json": json.dumps({"x": xs, "series": s, "yLabel": y})} for t, s, y in specs
+    ]
 
 
 def metrics_key(replica_id: int) -> str:

@@ -106,6 +106,7 @@ def validate_spec(spec: dict, *, inspect=None) -> dict:
     v.check_extra_args(spec.get("extra_args") or [])
     v.check_extra_env(spec.get("extra_env") or {})
     v.check_parallelism(spec)
+    _check_explicit_npus(spec)
     node = inspect_node(spec)
     info = (inspect or inspect_model)(node, spec["model_path"])
     v.check_against_model(spec, info)
@@ -129,6 +130,41 @@ def validate_spec(spec: dict, *, inspect=None) -> dict:
     spec["model_info"], spec["estimate"] = info, est
     _check_torch_build(node)
     return spec
+
+
+def _check_explicit_npus(spec: dict) -> None:
+    """Explicit NPU ids must exist on the pinned node, be healthy, not isolated and free."""
+    ids, node = spec.get("npu_ids") or [], spec.get("pinned_node")
+    if not ids or node is None:
+        return
+    chips = {
+        a.npu_id: a
+        for a in Accelerator.objects.filter(node=node, npu_id__in=ids).select_related("allocation")
+        if a.chip_id == 0
+    }
+    for npu_id in ids:
+        chip = chips.get(npu_id)
+        problem = (
+            "does not exist"
+            if chip is None
+            else f"is {chip.health}"
+            if chip.health != "OK"
+            else f"is isolated ({chip.isolation_reason})"
+            if chip.isolated
+            else "is in use by another replica"
+            if hasattr(chip, "allocation")
+            else ""
+        )
+        if problem:
+            free = sorted(
+                a.npu_id
+                for a in Accelerator.objects.filter(
+                    node=node, health="OK", isolated=False, allocation__isnull=True, chip_id=0
+                )
+            )
+            raise Invalid(
+                f"NPU {npu_id} on {node.name} {problem}; free healthy NPUs: {free}", field="npu_ids"
+            )
 
 
 def _hbm_for(spec: dict, node: Node) -> int | None:

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 from console.accounts.decorators import role_required
 from console.accounts.services import actor_from_request
 from console.deployments import services
-from console.deployments.engines import engine_metrics
+from console.deployments.engines import engine_charts, engine_metrics
 from console.deployments.forms import parse_form
 from console.deployments.models import Deployment, ReplicaState
 from console.errors import DomainError
@@ -90,6 +90,10 @@ def deployment_detail(request, name: str):
         metrics = {}
     for r in replicas:
         r.live_metrics = metrics.get(r.pk, {})
+        try:
+            r.charts = engine_charts(r.pk) if r.state in ("ready", "unhealthy") else []
+        except Exception:  # noqa: BLE001 - Redis down: no charts, the page still renders
+            r.charts = []
     context = {
         "dep": dep,
         "replicas": replicas,

