@@ -8,5 +8,10 @@ urlpatterns = [
     path("deployments/validate", views.deployment_validate, name="deployment-validate"),
     path("deployments/<slug:name>/", views.deployment_detail, name="deployment-detail"),
     path("deployments/<slug:name>/try", views.try_prompt, name="deployment-try"),
+    path(
+        "deployments/<slug:name>/replicas/<int:replica_id>/log",
+        views.replica_log,
+        name="replica-log",
+    ),
     path("deployments/<slug:name>/<str:action>", views.deployment_action, name="deployment-action"),
 ]

@@ -15,7 +15,7 @@ from console.accounts.services import actor_from_request
 from console.deployments import services
 from console.deployments.engines import engine_charts, engine_metrics
 from console.deployments.forms import parse_form
-from console.deployments.models import Deployment, ReplicaState
+from console.deployments.models import Deployment, Replica, ReplicaState
 from console.errors import DomainError
 from console.inventory.models import Node
 
@@ -161,3 +161,33 @@ def try_prompt(request, name: str):
     context["latency_ms"] = round((time.perf_counter() - start) * 1000, 1)
     context["replica"] = replica
     return render(request, "deployments/detail.html#answer", context)
+
+
+@role_required("viewer")
+def replica_log(request, name: str, replica_id: int):
+    """htmx: the last lines of a replica's current log, read from its host (task host.log_tail)."""
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from console.celery import app
+    from workers.contracts import Tasks, host_queue
+
+    replica = get_object_or_404(
+        Replica.objects.select_related("node"), pk=replica_id, deployment__name=name
+    )
+    context = {"replica": replica}
+    if replica.node is None:
+        context["log_error"] = "the replica is not placed on a node"
+    else:
+        result = app.send_task(
+            Tasks.HOST_LOG_TAIL,
+            args=[replica.pk, -32768, 32768],
+            queue=host_queue(replica.node.name),
+            expires=10,
+        )
+        try:
+            tail = result.get(timeout=5)
+            context["log_lines"] = (tail.get("text") or "").splitlines()[-200:]
+            context["log_path"] = tail.get("path")
+        except CeleryTimeout:
+            context["log_error"] = f"the agent on {replica.node.name} did not answer within 5 s"
+    return render(request, "deployments/detail.html#replica_log", context)

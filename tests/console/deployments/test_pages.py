@@ -64,3 +64,56 @@ def test_viewers_see_deployments_but_cannot_act(viewer_client, operator_client, 
     assert viewer_client.get("/deployments/r1-7b/").status_code == 200
     assert viewer_client.post("/deployments/r1-7b/start").status_code == 403
     assert viewer_client.get("/deployments/new").status_code == 403
+
+
+def test_replica_log_is_read_from_its_host(viewer_client, operator, fake_inspect, monkeypatch):
+    from console.accounts.services import Actor
+    from console.celery import app
+    from console.deployments import services
+    from console.deployments.models import Replica
+
+    node = make_node("kp-01", npus=8)
+    actor = Actor(user=operator, name="otto")
+    spec = {k: v for k, v in FORM.items() if k not in {"name"}}
+    spec.update(
+        tensor_parallel_size=1,
+        pipeline_parallel_size=1,
+        npus_per_replica=1,
+        replicas=1,
+        gpu_memory_utilization=0.9,
+        max_model_len=8192,
+        extra_args=[],
+        extra_env={},
+        node_selector={},
+        npu_ids=[],
+        reschedule_on_node_loss=False,
+        model_label="",
+        block_size=None,
+        swap_space=None,
+        max_num_seqs=None,
+        max_num_batched_tokens=None,
+        enforce_eager=False,
+        trust_remote_code=False,
+    )
+    dep = services.create_deployment(actor=actor, name="d1", spec=spec, pinned_node=None)
+    replica = Replica.objects.create(deployment=dep, index=0, node=node, port=8100, state="ready")
+    sent = []
+
+    class Result:
+        def get(self, timeout):
+            return {
+                "text": "INFO started\\nERROR boom\\n",
+                "path": "/x/gen1-run1.log",
+                "next_offset": 30,
+            }
+
+    monkeypatch.setattr(
+        app,
+        "send_task",
+        lambda name, args, queue, expires: sent.append((name, args, queue)) or Result(),
+    )
+    body = viewer_client.get(
+        f"/deployments/d1/replicas/{replica.pk}/log", HTTP_HX_REQUEST="true"
+    ).content.decode()
+    assert sent == [("host.log_tail", [replica.pk, -32768, 32768], "host.kp-01")]
+    assert "ERROR boom" in body and "lvl-error" in body and "<html" not in body
