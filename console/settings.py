@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "console.telemetry",
     "console.deployments",
     "console.diagnosis",
+    "console.logs",
 ]
 
 MIDDLEWARE = [

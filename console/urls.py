@@ -11,6 +11,7 @@ urlpatterns = [
     path("", include("console.telemetry.urls")),
     path("", include("console.deployments.urls")),
     path("", include("console.diagnosis.urls")),
+    path("", include("console.logs.urls")),
     path("", include("console.accounts.urls")),
     path("", include("console.inventory.urls")),
 ]
