@@ -84,7 +84,10 @@ def metrics_key(replica_id: int) -> str:
 
 def build_spec(replica: Replica) -> EngineSpec:
     dep = replica.deployment
-    chips = sorted(a.accelerator for a in replica.allocations.select_related("accelerator"))
+    chips = sorted(
+        (a.accelerator for a in replica.allocations.select_related("accelerator")),
+        key=lambda c: (c.npu_id, c.chip_id),
+    )
     return EngineSpec(
         replica_id=replica.pk,
         generation=replica.generation,
@@ -112,33 +115,27 @@ def build_spec(replica: Replica) -> EngineSpec:
     )
 
 
-def dispatch_start(replica: Replica) -> None:
-    """Send the start after the transaction commits. Idempotent on the agent per generation."""
-    spec = build_spec(replica).model_dump(mode="json")
-    node = replica.node.name
+def send_on_commit(task: str, args: list, node_name: str) -> None:
+    """Send a host task to the node's queue once the current transaction commits."""
 
     def send():
         from console.celery import app
 
-        app.send_task(
-            Tasks.HOST_START_REPLICA, args=[spec], queue=host_queue(node), ignore_result=True
-        )
+        app.send_task(task, args=args, queue=host_queue(node_name), ignore_result=True)
 
     transaction.on_commit(send)
+
+
+def dispatch_start(replica: Replica) -> None:
+    """Start (or replace) the replica's engine. Idempotent on the agent per generation."""
+    send_on_commit(
+        Tasks.HOST_START_REPLICA, [build_spec(replica).model_dump(mode="json")], replica.node.name
+    )
 
 
 def dispatch_stop(node_name: str, replica_id: int, generation: int | None) -> None:
-    def send():
-        from console.celery import app
-
-        app.send_task(
-            Tasks.HOST_STOP_REPLICA,
-            args=[replica_id, generation],
-            queue=host_queue(node_name),
-            ignore_result=True,
-        )
-
-    transaction.on_commit(send)
+    """Stop the replica's engine (idempotent on the agent)."""
+    send_on_commit(Tasks.HOST_STOP_REPLICA, [replica_id, generation], node_name)
 
 
 def apply_report(payload: dict) -> Replica | None:

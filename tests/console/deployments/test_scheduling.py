@@ -261,3 +261,22 @@ def test_engine_charts_come_from_heartbeat_metrics(redis_url):
     assert charts["Requests"]["series"][1]["values"] == [0, 1, 2]
     assert charts["KV cache used %"]["series"][0]["values"] == [50.0, 50.0, 50.0]
     r.delete(series_key(999))
+
+
+def test_the_engine_spec_carries_the_placed_npus_in_order(actor, fake_inspect):
+    from console.deployments.engines import build_spec
+
+    node = make_node("a", npus=4)
+    Accelerator.objects.filter(node=node).update(logic_id=None)
+    deploy(actor, replicas=1)
+    services.set_desired(actor=actor, name="d1", state="running")
+    reconcile()
+    replica = Replica.objects.get()
+    spec = build_spec(replica)
+    assert spec.npu_ids == sorted(spec.npu_ids) and len(spec.npu_ids) == 2
+    assert (spec.tensor_parallel_size, spec.block_size, spec.host, spec.port) == (
+        2,
+        128,
+        "0.0.0.0",
+        replica.port,
+    )
