@@ -157,3 +157,35 @@ def operator_client(operator):
 @pytest.fixture
 def admin_client_(admin_user):
     return client_for(admin_user)
+
+
+# --- browser (Playwright driving Debian's chromium; never `playwright install`) ----------------
+# Session-wide and defined here once: a second sync_playwright() in the same process fails.
+from tests.browser.conftest import ARGS as CHROMIUM_ARGS  # noqa: E402
+from tests.browser.conftest import CHROMIUM  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("NPU_REQUIRE_BROWSER"):
+            pytest.fail(f"chromium not found at {CHROMIUM} and NPU_REQUIRE_BROWSER is set")
+        pytest.skip("chromium is not installed (apt install chromium); .ci/run installs it")
+    # Playwright's sync API runs an event loop in this thread; the ORM calls made by fixtures
+    # are still plain synchronous calls, so Django's async guard does not apply here.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    yield page
+    context.close()

@@ -6,14 +6,13 @@ import os
 
 import pytest
 
-from tests.browser.conftest import browser, page  # noqa: F401 - shared Playwright fixtures
 from tests.console.diagnosis.samples import log_text, resolve
 from tests.helpers import make_user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_paste_a_log_and_filter_the_rules(page, live_server, tmp_path):  # noqa: F811
+def test_paste_a_log_and_filter_the_rules(page, live_server, tmp_path):
     make_user("vera", "viewer")
     page.goto(f"{live_server.url}/diagnose/")
     assert "/login/" in page.url
