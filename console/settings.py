@@ -68,6 +68,7 @@ CELERY_BEAT_SCHEDULE = {
     "flush-samples": {"task": "telemetry.flush_samples", "schedule": 5.0},
     "rollup": {"task": "telemetry.rollup", "schedule": 60.0},
     "purge": {"task": "telemetry.purge", "schedule": 3600.0},
+    "logs-purge": {"task": "logs.purge", "schedule": 3600.0},
 }
 
 # --- application ----------------------------------------------------------------------------

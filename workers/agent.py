@@ -23,6 +23,7 @@ from workers.checks import run_checks
 from workers.config import AgentConfig
 from workers.contracts import AGENT_VERSION, EngineReport, EngineSpec, Heartbeat, Tasks, host_queue
 from workers.engine.inspect import inspect_model
+from workers.engine.shipper import LogShipper
 from workers.engine.supervisor import Supervisor
 
 log = logging.getLogger("workers.agent")
@@ -187,6 +188,13 @@ def run(config: AgentConfig) -> int:
             ", ".join(str(r.replica_id) for r in adopted),
         )
     threading.Thread(target=agent.heartbeat_loop, name="heartbeat", daemon=True).start()
+    shipper = LogShipper(  # log shipping (workers/engine/shipper.py)
+        config.state_dir,
+        config.node_name,
+        lambda batch: send_to_console(agent.app, Tasks.LOG_LINES, batch),
+        stop=agent.stop,
+    )
+    threading.Thread(target=shipper.run, name="log-shipper", daemon=True).start()
     argv = [
         "worker",
         "-Q",

@@ -173,3 +173,23 @@ Tasks.HOST_LOG_TAIL = (
     "host.log_tail"  # (replica_id, offset, max_bytes) -> {text, next_offset, overflow}
 )
 Tasks.ENGINE_REPORT = "console.engine_report"  # (report: EngineReport)
+
+
+# --- engine logs (console/logs, workers/engine/shipper.py) --------------------------------
+Tasks.LOG_LINES = "console.log_lines"  # (batch: LogBatch) idempotent per line number
+
+
+class LogBatch(BaseModel):
+    """Consecutive lines of one engine run log, secrets already masked by the agent."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    node: str
+    replica_id: int
+    generation: int = Field(..., ge=0)
+    run: int = Field(..., ge=0)
+    file: str = Field(..., max_length=200)
+    first_line_no: int = Field(..., ge=1)  # 1-based within the run
+    lines: list[str] = Field(..., max_length=1000)
+    gap: bool = False  # bytes before these lines were lost (log cut or rotated away)
+    sent_at: datetime | None = None

@@ -185,3 +185,25 @@ def test_mask_leaves_ordinary_lines_alone():
     line = "INFO 12-02 10:00:00 [api_server.py:1] max_num_batched_tokens=8192 tokens=12"
     assert mask_secrets(line) == line
     assert "abc123" not in mask_secrets('{"api_key": "abc123"}')
+
+
+def test_an_old_run_bigger_than_one_read_keeps_its_lines_whole(tmp_path):
+    lines = [f"{i:06d} " + "x" * 90 for i in range(20_000)]  # ~2 MB: several reads
+    run_log(tmp_path, name="gen1-run1.log").write_text("\n".join(lines))  # no final newline
+    run_log(tmp_path, name="gen1-run2.log").write_text("")
+    sink = Sink()
+    LogShipper(tmp_path, "kp-01", sink).scan_once()
+    assert sink.lines == lines
+
+
+def test_a_line_cut_by_rotation_is_joined_across_the_rotated_copy(tmp_path):
+    path = run_log(tmp_path)
+    sink = Sink()
+    shipper = LogShipper(tmp_path, "kp-01", sink)
+    path.write_text("one\ntw")
+    shipper.scan_once()
+    assert logs.rotate_if_needed(path, max_bytes=1)
+    with open(path, "a") as fh:
+        fh.write("o\nthree\n")
+    shipper.scan_once()
+    assert sink.lines == ["one", "two", "three"]
