@@ -125,8 +125,8 @@ def _mount_routers() -> None:
     from console.accounts.api import router as accounts_router
     from console.deployments.api import router as deployments_router
     from console.diagnosis.api import router as diagnosis_router
-    from console.logs.api import router as logs_router
     from console.inventory.api import router as inventory_router
+    from console.logs.api import router as logs_router
     from console.telemetry.api import router as telemetry_router
 
     api.add_router("/", inventory_router)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from console.deployments import scheduler
 from console.deployments.models import Replica, ReplicaState
 from console.deployments.services import transition_replica
+from console.diagnosis.incidents import open_incident_for_replica
 from console.hot import get_redis
 from workers.contracts import EnginePhase, EngineReport, EngineSpec, Tasks, host_queue
 
@@ -202,6 +203,7 @@ def _apply(replica: Replica, report: EngineReport) -> None:
 def on_failure(replica: Replica, report: EngineReport) -> None:
     """Hook for diagnosis: runs on every failed start, crash and unhealthy transition."""
     log.info("replica %s %s: %s", replica, report.phase, report.reason)
+    open_incident_for_replica(replica, report)  # logs and returns None on any failure
 
 
 def engine_metrics(replica_ids: list[int]) -> dict[int, dict]:

@@ -8,14 +8,17 @@ DATA_UPLOAD_MAX_MEMORY_SIZE is.
 """
 
 import json
+from datetime import datetime
 
-from ninja import Router
+from ninja import Field, Query, Router, Schema, Status
+from ninja.pagination import LimitOffsetPagination, paginate
 from ninja.security import APIKeyCookie, HttpBearer
 from pydantic import ValidationError
 
 from console.accounts.models import Role
 from console.accounts.services import actor_from_request, authenticate_token, check_role
-from console.diagnosis import faultcodes, services
+from console.diagnosis import faultcodes, incidents, services
+from console.diagnosis.models import IncidentStatus
 from console.diagnosis.schemas import DiagnoseIn, DiagnosisOut, FaultLevelOut
 from console.errors import Invalid
 
@@ -112,3 +115,91 @@ def fault_code(request, code: str):
         return faultcodes.fault_level(code)
     except ValueError:
         raise Invalid("code: expected 8 hex digits such as 80E01801", field="code") from None
+
+
+# --- incidents ------------------------------------------------------------------------------
+class IncidentOut(Schema):
+    id: int
+    category: str
+    severity: str
+    title: str
+    status: str
+    subject: str
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+    replica_id: int | None
+    node_id: int | None
+    accelerator_id: int | None
+    acknowledged_by: str
+    acknowledged_at: datetime | None
+    resolved_by: str
+    resolved_at: datetime | None
+
+
+class IncidentNoteOut(Schema):
+    id: int
+    author: str
+    text: str
+    at: datetime
+
+
+class IncidentDetailOut(IncidentOut):
+    diagnoses: list[dict]
+    evidence: list[dict]
+    telemetry: dict | None
+    notes: list[IncidentNoteOut]
+
+
+class IncidentNoteIn(Schema):
+    text: str = Field(min_length=1, max_length=incidents.MAX_NOTE_CHARS)
+
+
+class IncidentFilters(Schema):
+    status: IncidentStatus | None = None
+    category: str | None = None
+
+
+def _detail(incident) -> dict:
+    out = IncidentOut.model_validate(incident).model_dump()
+    out.update(
+        diagnoses=incident.diagnoses,
+        evidence=incident.evidence,
+        telemetry=incident.telemetry,
+        notes=list(incident.notes.all()),
+    )
+    return out
+
+
+@router.get("/incidents", response=list[IncidentOut])
+@paginate(LimitOffsetPagination)
+def list_incidents(request, filters: Query[IncidentFilters]):
+    """Incidents: unresolved first, then by severity, then most recently seen."""
+    return incidents.incident_queue(status=filters.status or "", category=filters.category or "")
+
+
+@router.get("/incidents/{incident_id}", response=IncidentDetailOut)
+def get_incident(request, incident_id: int):
+    return _detail(incidents.get_incident(incident_id))
+
+
+@router.post("/incidents/{incident_id}/ack", response=IncidentDetailOut)
+def ack_incident(request, incident_id: int):
+    """open → acknowledged. Operator role."""
+    incidents.acknowledge_incident(actor=actor_from_request(request), incident_id=incident_id)
+    return _detail(incidents.get_incident(incident_id))
+
+
+@router.post("/incidents/{incident_id}/note", response={201: IncidentNoteOut})
+def note_incident(request, incident_id: int, payload: IncidentNoteIn):
+    """Add a note. Operator role."""
+    actor = actor_from_request(request)
+    note = incidents.add_incident_note(actor=actor, incident_id=incident_id, text=payload.text)
+    return Status(201, note)
+
+
+@router.post("/incidents/{incident_id}/resolve", response=IncidentDetailOut)
+def resolve_incident(request, incident_id: int):
+    """open/acknowledged → resolved. A recurrence later opens a new incident."""
+    incidents.resolve_incident(actor=actor_from_request(request), incident_id=incident_id)
+    return _detail(incidents.get_incident(incident_id))

@@ -1,8 +1,9 @@
-from django.urls import path
+from django.urls import include, path
 
 from console.diagnosis import views
 
 urlpatterns = [
     path("diagnose/", views.diagnose_page, name="diagnose"),
     path("diagnose/rules/", views.rules_page, name="diagnosis-rules"),
+    path("", include("console.diagnosis.incident_urls")),
 ]

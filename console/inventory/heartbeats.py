@@ -20,8 +20,10 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from console.accounts.services import Actor, record
+from console.diagnosis.incidents import chips_reported
 from console.hot import get_redis
 from console.inventory.enrollment import enrollment_token_id
+from console.inventory.live import HOT_C
 from console.inventory.models import Accelerator, Health, Node, NodeStatus
 from console.inventory.services import status_for, transition_node
 from console.telemetry.services import record_heartbeat
@@ -29,7 +31,7 @@ from workers.contracts import Heartbeat
 
 log = logging.getLogger(__name__)
 SEEN_KEY = "npc:seen"
-STATE_FIELDS = ("id", "status", "static", "chips", "db_at")
+STATE_FIELDS = ("id", "status", "static", "chips", "db_at", "hot")
 _node_ids: dict[str, int] = {}  # node name -> id, per process (ids never change)
 DB_BEAT_EVERY_S = 60.0
 
@@ -202,9 +204,25 @@ def _apply_changes(hb: Heartbeat, cached: dict, node_id: int, now: datetime) -> 
         updates["db_at"] = str(now.timestamp())
     if node_fields:
         Node.objects.filter(pk=node_id).update(**node_fields)
+    hot = sorted(f"{c.npu_id}.{c.chip_id}" for c in hb.chips if (c.temperature_c or 0) >= HOT_C)
+    if cached.get("hot", "") != ",".join(hot):
+        _newly_hot(node_id, hb, set(hot) - set(filter(None, cached.get("hot", "").split(","))))
+        updates["hot"] = ",".join(hot)
     if cached.get("status") == NodeStatus.OFFLINE:
         updates["status"] = _bring_online(node_id, now)
     return updates
+
+
+def _newly_hot(node_id: int, hb: Heartbeat, keys: set[str]) -> None:
+    """Chips that just crossed HOT_C open (or fold into) an over-temperature incident.
+    Checked only when the set of hot chips changes, so a chip that stays hot costs nothing."""
+    from console.diagnosis.incidents import open_incident_for_chip
+
+    for chip in hb.chips:
+        if f"{chip.npu_id}.{chip.chip_id}" in keys:
+            open_incident_for_chip(
+                Node(pk=node_id, name=hb.node), chip.model_dump(), kinds=["over-temperature"]
+            )
 
 
 def _bring_online(node_id: int, now: datetime) -> str:
@@ -221,6 +239,7 @@ def _bring_online(node_id: int, now: datetime) -> str:
 
 def sync_accelerators(node_id: int, chips: list[dict], now: datetime) -> None:
     """Upsert the node's chips as reported; chips no longer reported get health UNKNOWN."""
+    chips_reported(node_id, chips)  # incidents for chips turned sick/hot; never raises
     existing = {(a.npu_id, a.chip_id): a for a in Accelerator.objects.filter(node_id=node_id)}
     with transaction.atomic():
         for chip in chips:

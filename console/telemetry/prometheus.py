@@ -114,4 +114,7 @@ def render_metrics(*, now: datetime | None = None) -> str:
     for name in names:
         up = docs[name] is not None and not docs[name]["stale"]
         lines.append(f"{metric}{_labels([('node', name)])} {int(up)}")
+    from console.diagnosis.incidents import incident_metrics_lines
+
+    lines += incident_metrics_lines()
     return "\n".join(lines) + "\n"

@@ -173,3 +173,17 @@ def test_node_that_never_beat_since_restart_goes_offline_from_its_db_time(hot):
     make_node("stale", last_heartbeat=datetime.now(UTC) - timedelta(minutes=5))
     hot.delete(SEEN_KEY)
     assert mark_offline() == ["stale"]
+
+
+@pytest.mark.django_db
+def test_a_chip_crossing_85_c_opens_one_over_temperature_incident(enroll):
+    from console.diagnosis.models import Incident
+
+    t0 = datetime.now(UTC)
+    ingest_heartbeat(beat(enroll, at=t0), received_at=t0)
+    hot = beat(enroll)
+    hot["chips"][1]["temperature_c"] = 91
+    for i in range(1, 4):  # stays hot for three beats: one incident, not three
+        ingest_heartbeat(hot, received_at=t0 + timedelta(seconds=5 * i))
+    incident = Incident.objects.get(category="over-temperature")
+    assert incident.count == 1 and "1.0" in incident.fingerprint

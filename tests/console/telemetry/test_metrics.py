@@ -79,7 +79,8 @@ def test_metrics_exposes_npu_exporter_gauges_for_two_nodes(fleet, viewer):
     assert len(samples) == 3
     # each family is contiguous: HELP, TYPE, then its samples
     families = [line.split()[2] for line in lines if line.startswith("# TYPE")]
-    assert len(families) == len(set(families)) == 9
+    assert len(families) == len(set(families)) == 10  # 8 chip gauges, node up, incidents
+    assert "npu_console_incidents" in families
 
 
 def test_metrics_needs_a_token_of_a_user_with_a_role(hot, db, viewer):

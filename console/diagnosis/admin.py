@@ -1,0 +1,24 @@
+from django.contrib import admin
+
+from console.diagnosis.models import Incident, IncidentNote
+
+
+class IncidentNoteInline(admin.TabularInline):
+    model = IncidentNote
+    extra = 0
+    readonly_fields = ["author", "user", "text", "at"]
+
+
+@admin.register(Incident)
+class IncidentAdmin(admin.ModelAdmin):
+    list_display = ["id", "title", "category", "severity", "status", "count", "last_seen"]
+    list_filter = ["status", "severity", "category"]
+    search_fields = ["title", "subject", "fingerprint"]
+    readonly_fields = ["fingerprint", "count", "first_seen", "last_seen", "diagnoses", "evidence"]
+    inlines = [IncidentNoteInline]
+
+
+@admin.register(IncidentNote)
+class IncidentNoteAdmin(admin.ModelAdmin):
+    list_display = ["incident", "author", "at"]
+    search_fields = ["text", "author"]
