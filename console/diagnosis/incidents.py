@@ -109,9 +109,9 @@ def open_incident_for_replica(replica, report) -> Incident | None:
     opened (category engine-crash, titled from the report's reason). Never raises."""
     try:
         lines = list(report.log_tail or [])
+        text = "\n".join([report.reason or "", *lines])  # the supervisor's own reason counts too
         found = [
-            d.as_dict()
-            for d in diagnose("\n".join(lines), exit_code=report.exit_code, signal=report.signal)
+            d.as_dict() for d in diagnose(text, exit_code=report.exit_code, signal=report.signal)
         ]
         top = found[0] if found else None
         category = top["category"] if top else ENGINE_CRASH

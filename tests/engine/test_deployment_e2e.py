@@ -17,6 +17,7 @@ from console.accounts.services import Actor
 from console.deployments.engines import engine_metrics
 from console.deployments.models import Replica, ReplicaEvent
 from console.deployments.reconcile import reconcile
+from console.diagnosis.models import Incident
 from console.inventory.enrollment import create_enrollment_token
 from console.inventory.models import Node
 from tests.conftest import Proc, child_env
@@ -132,6 +133,13 @@ def test_deploy_serve_crash_restart_readopt_and_stop(
         core = max(engine_tree(first_pid)[1:], key=lambda p: p.memory_info().rss)
         os.kill(core.pid, signal.SIGKILL)
         replica_in("failed", 60, "the crash to be reported")
+        incident = wait_for(
+            lambda: Incident.objects.filter(replica__deployment__name="tiny").first(),
+            30,
+            message="an incident for the crash",
+        )
+        assert incident.category == "engine-crash" and incident.status == "open"
+        assert incident.diagnoses and incident.diagnoses[0]["remediation"]
         replica = replica_in("ready", 300, "the restarted engine", fail_on=("crash-loop",))
         assert replica.restarts >= 1 and replica.pid != first_pid
 
@@ -209,6 +217,12 @@ def test_port_already_taken_fails_the_replica_with_the_reason(
         assert resp.status_code == 201, resp.content
         replica = replica_in("failed", 60, "the port clash to be reported")
         assert "8100" in replica.state_reason and "in use" in replica.state_reason
+        incident = wait_for(
+            lambda: Incident.objects.filter(replica=replica).first(), 30, message="an incident"
+        )
+        assert incident.category == "port-in-use" and "ss -ltnp" in " ".join(
+            incident.diagnoses[0]["remediation"]
+        )
     finally:
         blocker.close()
         agent.stop()
