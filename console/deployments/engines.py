@@ -148,9 +148,10 @@ def apply_report(payload: dict) -> Replica | None:
         return None
     with transaction.atomic():
         replica = (
-            Replica.objects.select_for_update()
+            Replica.objects.select_for_update(of=("self",))
             .select_related("node", "deployment")
             .filter(pk=report.replica_id)
+            .order_by()
             .first()
         )
         if replica is None or replica.node is None or replica.node.name != report.node:
