@@ -150,12 +150,23 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cook
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+# Served over HTTPS (SECURE_COOKIES=1): secure cookies, HSTS, the HTTPS redirect; with these
+# `manage.py check --deploy` is clean (tests/security/test_deploy_settings.py). Off by default
+# so `make run` works over plain http on 127.0.0.1. See docs/security.md.
 if not DEBUG and env.get_bool("SECURE_COOKIES", False):
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_SSL_REDIRECT = env.get_bool("SECURE_SSL_REDIRECT", True)
     SECURE_HSTS_SECONDS = env.get_int("SECURE_HSTS_SECONDS", 3600, minimum=0)
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.get_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env.get_bool("SECURE_HSTS_PRELOAD", False)
+    if not SECURE_HSTS_PRELOAD:
+        # Preloading is a commitment the operator makes for the whole domain, not a default.
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
+# Trust X-Forwarded-Proto only behind a proxy that sets it (and drops the client's own);
+# otherwise any client could claim to be on HTTPS.
+if env.get_bool("SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # --- console behaviour ----------------------------------------------------------------------
 HEARTBEAT_INTERVAL_S = env.get_int("HEARTBEAT_INTERVAL_S", 5, minimum=1)

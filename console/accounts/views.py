@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from console.accounts import services
+from console.accounts import services, throttle
 from console.accounts.decorators import role_required
 from console.accounts.models import AuditEntry, TokenScope
 from console.errors import DomainError
@@ -19,8 +19,31 @@ EXPIRY_CHOICES = {"7": 7, "30": 30, "90": 90, "365": 365, "never": None}
 
 
 class LoginView(auth_views.LoginView):
+    """Sign-in, rate-limited per user name + address (console/accounts/throttle.py)."""
+
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
+
+    def post(self, request, *args, **kwargs):
+        username = request.POST.get("username", "")
+        wait = throttle.retry_after(username, services.client_addr(request))
+        if wait is not None:
+            minutes = max(1, -(-wait // 60))
+            form = self.get_form()
+            context = self.get_context_data(form=form, locked_minutes=minutes)
+            response = self.render_to_response(context, status=429)
+            response["Retry-After"] = str(wait)
+            return response
+        return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form):
+        request = self.request
+        throttle.note_failure(request.POST.get("username", ""), services.client_addr(request))
+        return super().form_invalid(form)
+
+    def form_valid(self, form):
+        throttle.clear(self.request.POST.get("username", ""), services.client_addr(self.request))
+        return super().form_valid(form)
 
 
 @role_required("viewer")
@@ -47,7 +70,11 @@ def token_create(request):
             services.check_role(actor, "operator")
         expires = timezone.now() + timedelta(days=days) if days else None
         token, raw = services.create_token(
-            actor=actor, name=request.POST.get("name", ""), scope=scope, expires_at=expires
+            actor=actor,
+            name=request.POST.get("name", ""),
+            scope=scope,
+            expires_at=expires,
+            allowed_models=request.POST.get("models", "").replace(",", " ").split(),
         )
         request.session["new_token"] = {"name": token.name, "value": raw}
     except DomainError as exc:
