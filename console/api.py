@@ -123,8 +123,10 @@ def on_http_error(request, exc: NinjaHttpError):
 
 def _mount_routers() -> None:
     from console.accounts.api import router as accounts_router
+    from console.benchmarks.api import router as benchmarks_router
     from console.deployments.api import router as deployments_router
     from console.diagnosis.api import router as diagnosis_router
+    from console.gateway.api import router as gateway_router
     from console.inventory.api import router as inventory_router
     from console.logs.api import router as logs_router
     from console.telemetry.api import router as telemetry_router
@@ -134,6 +136,8 @@ def _mount_routers() -> None:
     api.add_router("/", deployments_router)
     api.add_router("/", diagnosis_router)
     api.add_router("/", logs_router)
+    api.add_router("/", benchmarks_router)
+    api.add_router("/", gateway_router)
     api.add_router("/", accounts_router)
 
 

@@ -69,6 +69,8 @@ CELERY_BEAT_SCHEDULE = {
     "rollup": {"task": "telemetry.rollup", "schedule": 60.0},
     "purge": {"task": "telemetry.purge", "schedule": 3600.0},
     "logs-purge": {"task": "logs.purge", "schedule": 3600.0},
+    "benchmarks-sweep": {"task": "benchmarks.sweep", "schedule": 15.0},
+    "gateway-usage": {"task": "gateway.flush_usage", "schedule": 30.0},
 }
 
 # --- application ----------------------------------------------------------------------------
@@ -88,6 +90,8 @@ INSTALLED_APPS = [
     "console.deployments",
     "console.diagnosis",
     "console.logs",
+    "console.benchmarks",
+    "console.gateway",
 ]
 
 MIDDLEWARE = [

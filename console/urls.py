@@ -12,6 +12,8 @@ urlpatterns = [
     path("", include("console.deployments.urls")),
     path("", include("console.diagnosis.urls")),
     path("", include("console.logs.urls")),
+    path("", include("console.benchmarks.urls")),
+    path("", include("console.gateway.urls")),
     path("", include("console.accounts.urls")),
     path("", include("console.inventory.urls")),
 ]

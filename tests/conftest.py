@@ -128,6 +128,36 @@ def console_worker(redis_url, transactional_db, tmp_path):
     proc.stop()
 
 
+@pytest.fixture
+def console_web(redis_url, transactional_db, tmp_path):
+    """The console's ASGI app (pages, /api/v1 and the /v1 gateway) served by a real uvicorn
+    process on a free loopback port, sharing the test database. Yields its base URL."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1"]
+    argv += ["--port", str(port), "--no-access-log", "--lifespan", "on"]
+    proc = Proc(argv, child_env(redis_url), tmp_path / "console-web.log")
+    url = f"http://127.0.0.1:{port}"
+
+    def up():
+        if proc.popen.poll() is not None:
+            raise AssertionError(f"console web exited:\n{proc.output()}")
+        try:
+            with urllib.request.urlopen(url + "/login/", timeout=2) as resp:  # noqa: S310
+                return resp.status == 200
+        except OSError:
+            return False
+
+    wait_for(up, 60, message="the console web server to answer")
+    proc.url = url
+    yield proc
+    proc.stop()
+
+
 # --- users ------------------------------------------------------------------------------------
 @pytest.fixture
 def viewer(db):

@@ -49,6 +49,7 @@ def create_token(request, payload: TokenIn):
         scope=payload.scope,
         expires_at=payload.expires_at,
         user=owner,
+        allowed_models=payload.allowed_models,
     )
     token.token = raw
     return Status(201, token)

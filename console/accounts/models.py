@@ -68,12 +68,20 @@ class ApiToken(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    allowed_models = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="served model names this token may call through the gateway; empty: all",
+    )
 
     class Meta:
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.hint}…)"
+
+    def may_use_model(self, model: str) -> bool:
+        return not self.allowed_models or model in self.allowed_models
 
     @staticmethod
     def generate() -> str:

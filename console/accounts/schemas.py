@@ -13,6 +13,11 @@ class TokenIn(Schema):
     scope: Literal["read", "write"] = "read"
     expires_at: datetime | None = None
     username: str | None = Field(None, description="admins only: create for another user")
+    allowed_models: list[str] = Field(
+        default_factory=list,
+        max_length=50,
+        description="served model names the token may call through the gateway (/v1); empty: all",
+    )
 
 
 class TokenOut(Schema):
@@ -26,6 +31,7 @@ class TokenOut(Schema):
     expires_at: datetime | None
     last_used_at: datetime | None
     revoked_at: datetime | None
+    allowed_models: list[str]
 
 
 class TokenCreatedOut(TokenOut):

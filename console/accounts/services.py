@@ -149,6 +149,7 @@ def create_token(
     scope: str = TokenScope.READ,
     expires_at: datetime | None = None,
     user=None,
+    allowed_models: list[str] | None = None,
 ) -> tuple[ApiToken, str]:
     """Create a token for `user` (default: the actor). Returns the row and the raw value,
     which is never stored and cannot be shown again."""
@@ -159,6 +160,11 @@ def create_token(
         raise Invalid("a token needs a name", field="name")
     if expires_at is not None and expires_at <= timezone.now():
         raise Invalid("expiry must be in the future", field="expires_at")
+    models_ = sorted({m.strip() for m in (allowed_models or []) if m.strip()})
+    if any(len(m) > 200 or not m.isprintable() for m in models_):
+        raise Invalid(
+            "model names are printable and at most 200 characters", field="allowed_models"
+        )
     raw = ApiToken.generate()
     with transaction.atomic():
         token = ApiToken.objects.create(
@@ -168,12 +174,17 @@ def create_token(
             hint=raw[:10],
             scope=TokenScope(scope),
             expires_at=expires_at,
+            allowed_models=models_,
         )
         record(
             actor=actor,
             action="token.create",
             obj=token,
-            after={"scope": token.scope, "user": owner.get_username()},
+            after={
+                "scope": token.scope,
+                "user": owner.get_username(),
+                "allowed_models": token.allowed_models,
+            },
         )
     return token, raw
 

@@ -177,6 +177,19 @@ class Replica(models.Model):
         return f"{self.deployment.name}/{self.index}"
 
     @property
+    def base_url(self) -> str | None:
+        """Where the console reaches this replica's OpenAI server. CPU engines are the local
+        test/demo kind and listen on loopback only (see engines.build_spec)."""
+        if self.node is None or self.port is None:
+            return None
+        host = (
+            "127.0.0.1"
+            if self.deployment.device == "cpu"
+            else (self.node.address or self.node.hostname)
+        )
+        return f"http://{host}:{self.port}"
+
+    @property
     def npu_list(self) -> list[int]:
         return sorted(a.accelerator.npu_id for a in self.allocations.all())
 

@@ -141,12 +141,11 @@ def try_prompt(request, name: str):
     if replica is None:
         context["error"] = "no replica is ready"
         return render(request, "deployments/detail.html#answer", context)
-    host = "127.0.0.1" if dep.device == "cpu" else (replica.node.address or replica.node.hostname)
     body = json.dumps(
         {"model": dep.served_model_name, "prompt": context["prompt"], "max_tokens": 32}
     ).encode()
     req = urllib.request.Request(
-        f"http://{host}:{replica.port}/v1/completions",
+        f"{replica.base_url}/v1/completions",
         data=body,
         headers={"Content-Type": "application/json"},
     )

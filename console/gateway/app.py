@@ -1,0 +1,289 @@
+"""The gateway: `/v1/models`, `/v1/chat/completions` and `/v1/completions` on the console,
+forwarded to a ready replica of the named model.
+
+It is a small Starlette app mounted beside Django in console/asgi.py rather than a Django
+view: Django's synchronous middleware would put a thread hop on every request and every
+streamed chunk, and the promise here is < 5 % added latency (bench/gateway_overhead.py).
+Streaming responses are relayed event by event as they arrive (nothing is buffered beyond
+one server-sent event); when the client goes away the upstream request is closed, which
+makes vLLM abort it. A replica that refuses the connection, or answers 502/503 before any
+byte was sent to the client, is retried on the next one. Errors use OpenAI's error shape so
+OpenAI clients show them as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+
+import httpx
+from redis import asyncio as aioredis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from . import usage
+from .auth import Principal, authenticate
+from .routing import Router, Upstream
+
+log = logging.getLogger("console.gateway")
+
+MAX_BODY = 8 * 1024 * 1024
+MAX_TRIES = 3
+RETRY_STATUS = {502, 503}
+TIMEOUT = httpx.Timeout(connect=3.0, read=600.0, write=30.0, pool=10.0)
+FORWARD_HEADERS = ("content-type", "accept", "x-request-id")
+
+router = Router()
+_clients: dict[int, httpx.AsyncClient] = {}
+_redis: dict[int, aioredis.Redis] = {}
+
+
+def _loop_key() -> int:
+    return id(asyncio.get_running_loop())
+
+
+def client() -> httpx.AsyncClient:
+    """One pooled client per event loop (keep-alive connections to the replicas)."""
+    key = _loop_key()
+    c = _clients.get(key)
+    if c is None:
+        c = _clients[key] = httpx.AsyncClient(
+            timeout=TIMEOUT,
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
+        )
+    return c
+
+
+def redis_client() -> aioredis.Redis:
+    from django.conf import settings
+
+    key = _loop_key()
+    r = _redis.get(key)
+    if r is None:
+        r = _redis[key] = aioredis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+    return r
+
+
+def error(status: int, message: str, kind: str, param: str | None = None, code: str | None = None):
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": param, "code": code}},
+        status_code=status,
+    )
+
+
+async def _principal(request: Request) -> Principal | JSONResponse:
+    principal = await authenticate(request.headers.get("authorization"))
+    if principal is None:
+        return error(
+            401,
+            "a valid console API token is required: Authorization: Bearer npc_…",
+            "authentication_error",
+            code="invalid_api_key",
+        )
+    return principal
+
+
+async def count(principal: Principal, model: str, *, ok: bool, body_usage: dict | None) -> None:
+    u = body_usage or {}
+    fields = usage.fields_for(
+        principal.token_id,
+        model,
+        ok=ok,
+        prompt=int(u.get("prompt_tokens") or 0),
+        completion=int(u.get("completion_tokens") or 0),
+    )
+    try:
+        pipe = redis_client().pipeline(transaction=False)
+        for f, n in fields.items():
+            pipe.hincrby(usage.KEY, f, n)
+        await pipe.execute()
+    except Exception as exc:  # counting must never break serving
+        log.warning("usage not counted: %s", exc)
+
+
+async def models(request: Request) -> Response:
+    principal = await _principal(request)
+    if not isinstance(principal, Principal):
+        return principal
+    table = await router.refresh()
+    data = [
+        {"id": name, "object": "model", "owned_by": "npu-console", "replicas": len(ups)}
+        for name, ups in sorted(table.by_model.items())
+        if principal.may_use(name)
+    ]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def _read_json(request: Request) -> dict | JSONResponse:
+    size = request.headers.get("content-length")
+    if size and size.isdigit() and int(size) > MAX_BODY:
+        return error(413, f"request body over {MAX_BODY} bytes", "invalid_request_error")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            return error(413, f"request body over {MAX_BODY} bytes", "invalid_request_error")
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return error(400, "the body must be a JSON object", "invalid_request_error")
+    if not isinstance(payload, dict):
+        return error(400, "the body must be a JSON object", "invalid_request_error")
+    return payload
+
+
+async def forward(request: Request) -> Response:
+    principal = await _principal(request)
+    if not isinstance(principal, Principal):
+        return principal
+    payload = await _read_json(request)
+    if not isinstance(payload, dict):
+        return payload
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        return error(
+            400, "`model` is required: a served model name", "invalid_request_error", "model"
+        )
+    if not principal.may_use(model):
+        return error(
+            403,
+            f"this token may not use model {model!r}",
+            "permission_error",
+            "model",
+            "model_not_allowed",
+        )
+    upstreams = await router.candidates(model)
+    if not upstreams:
+        table = router.table
+        if model not in table.known_models:
+            return error(
+                404,
+                f"no deployment serves model {model!r}",
+                "invalid_request_error",
+                "model",
+                "model_not_found",
+            )
+        return error(503, f"no replica of {model!r} is ready", "service_unavailable")
+
+    stream = payload.get("stream") is True
+    options = payload.get("stream_options")
+    strip_usage = False
+    if stream and not (isinstance(options, dict) and options.get("include_usage")):
+        # ask for the usage chunk to count tokens; the client did not ask, so it is not relayed
+        payload["stream_options"] = {
+            **(options if isinstance(options, dict) else {}),
+            "include_usage": True,
+        }
+        strip_usage = True
+    body = json.dumps(payload).encode()
+    headers = {k: v for k in FORWARD_HEADERS if (v := request.headers.get(k))}
+    headers["content-type"] = "application/json"
+
+    tried: list[str] = []
+    for up in upstreams[:MAX_TRIES]:
+        router.acquire(up)
+        try:
+            upstream = await client().send(
+                client().build_request(
+                    "POST", up.url + request.url.path, content=body, headers=headers
+                ),
+                stream=True,
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
+            router.release(up)
+            router.mark_down(up)
+            tried.append(f"{up.name}: {type(exc).__name__}")
+            continue
+        except BaseException:
+            router.release(up)
+            raise
+        if upstream.status_code in RETRY_STATUS:
+            await upstream.aclose()
+            router.release(up)
+            router.mark_down(up)
+            tried.append(f"{up.name}: HTTP {upstream.status_code}")
+            continue
+        break
+    else:
+        await count(principal, model, ok=False, body_usage=None)
+        return error(503, "every replica refused: " + "; ".join(tried), "service_unavailable")
+
+    reply_headers = {"x-npc-replica": up.name}
+    ctype = upstream.headers.get("content-type", "application/json")
+    if not ctype.startswith("text/event-stream"):
+        try:
+            data = await upstream.aread()
+        finally:
+            await upstream.aclose()
+            router.release(up)
+        body_usage = None
+        if upstream.status_code == 200:
+            try:
+                body_usage = json.loads(data).get("usage")
+            except (ValueError, AttributeError):
+                pass
+        await count(principal, model, ok=upstream.status_code < 400, body_usage=body_usage)
+        return Response(data, upstream.status_code, headers=reply_headers, media_type=ctype)
+
+    return StreamingResponse(
+        _relay(upstream, up, principal, model, strip_usage),
+        status_code=upstream.status_code,
+        media_type="text/event-stream",
+        headers={**reply_headers, "cache-control": "no-cache", "x-accel-buffering": "no"},
+    )
+
+
+async def _relay(
+    upstream: httpx.Response, up: Upstream, principal: Principal, model: str, strip_usage: bool
+) -> AsyncIterator[bytes]:
+    """Relay server-sent events as they arrive; count the usage chunk; close upstream on exit
+    (end of stream, client disconnect or cancellation alike)."""
+    buf = b""
+    body_usage = None
+    ok = upstream.status_code < 400
+    try:
+        async for chunk in upstream.aiter_raw():
+            buf += chunk
+            while (end := buf.find(b"\n\n")) >= 0:
+                event, buf = buf[: end + 2], buf[end + 2 :]
+                if b'"usage"' in event:
+                    try:
+                        data = json.loads(event.removeprefix(b"data: ").strip())
+                        body_usage = data.get("usage") or body_usage
+                        if strip_usage and not data.get("choices"):
+                            continue
+                    except (ValueError, AttributeError):
+                        pass
+                yield event
+        if buf:
+            yield buf
+    except httpx.HTTPError as exc:  # the replica died mid-stream: end the stream, count it
+        ok = False
+        log.warning("replica %s broke off a stream: %s", up.name, exc)
+    finally:
+        await upstream.aclose()
+        router.release(up)
+        await asyncio.shield(count(principal, model, ok=ok, body_usage=body_usage))
+
+
+@contextlib.asynccontextmanager
+async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+    yield
+    for c in list(_clients.values()):
+        await c.aclose()
+    _clients.clear()
+
+
+app = Starlette(
+    routes=[
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/completions", forward, methods=["POST"]),
+        Route("/v1/chat/completions", forward, methods=["POST"]),
+    ],
+    lifespan=lifespan,
+)
