@@ -4,9 +4,11 @@ from ninja import Router, Status
 from ninja.pagination import LimitOffsetPagination, paginate
 
 from console.accounts.services import actor_from_request
-from console.deployments import services
+from console.deployments import catalog, services
 from console.deployments.models import Deployment, Replica, ReplicaEvent
 from console.deployments.schemas import (
+    CatalogModelOut,
+    CatalogOut,
     DeploymentIn,
     DeploymentOut,
     ReplicaDetailOut,
@@ -124,3 +126,18 @@ def get_replica(request, replica_id: int):
 @paginate(LimitOffsetPagination)
 def replica_events(request, replica_id: int):
     return ReplicaEvent.objects.filter(replica=_replica(replica_id))
+
+
+@router.get("/catalog", response=CatalogOut, tags=["catalog"])
+def list_catalog(request):
+    """Every catalog model with its preset per card type (settings, spec to POST, estimate)."""
+    cat = catalog.load_catalog()
+    return {
+        "cards": [c.model_dump() for c in cat.cards.values()],
+        "models": [catalog.model_out(m) for m in cat.models.values()],
+    }
+
+
+@router.get("/catalog/{model_id}", response=CatalogModelOut, tags=["catalog"])
+def get_catalog_model(request, model_id: str):
+    return catalog.model_out(catalog.get_model(model_id))

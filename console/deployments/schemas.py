@@ -143,3 +143,57 @@ class DeploymentOut(Schema):
     @staticmethod
     def resolve_ready_replicas(obj) -> int:
         return sum(1 for r in obj.replica_set.all() if r.state == "ready")
+
+
+class CatalogCardOut(Schema):
+    id: str
+    label: str
+    family: str
+    memory_mb: int
+    memory_kind: str
+    npus_per_node: int
+    dtypes: list[str]
+    source: str
+
+
+class CatalogPresetOut(Schema):
+    card: str
+    fits: bool
+    blocked_by: str | None
+    why: str
+    support: str | None
+    note: str
+    npus: int | None
+    tensor_parallel_size: int | None
+    dtype: str | None
+    quantization: str | None
+    max_model_len: int | None
+    gpu_memory_utilization: float | None
+    enforce_eager: bool | None
+    extra_args: list[str]
+    spec: dict | None = Field(None, description="deployment fields to POST to /deployments")
+    estimate: dict | None = Field(None, description="the console's memory estimate on this card")
+
+
+class CatalogModelOut(Schema):
+    id: str
+    hub_id: str
+    family: str
+    architecture: str
+    attention: str
+    parameters: int
+    active_parameters: int | None
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    kv_lora_rank: int | None
+    qk_rope_head_dim: int | None
+    max_position_embeddings: int
+    torch_dtype: str
+    presets: list[CatalogPresetOut]
+
+
+class CatalogOut(Schema):
+    cards: list[CatalogCardOut]
+    models: list[CatalogModelOut]

@@ -168,10 +168,14 @@ def _check_explicit_npus(spec: dict) -> None:
 
 
 def _hbm_for(spec: dict, node: Node) -> int | None:
+    """A chip's memory on the node: HBM on 910B/A3; 310P cards report only DDR (npu-smi's
+    Memory-Usage column), which is what their engines allocate from."""
     if spec["device"] != "npu":
         return None
-    acc = Accelerator.objects.filter(node=node).exclude(hbm_total_mb=None).first()
-    return acc.hbm_total_mb if acc else None
+    for acc in Accelerator.objects.filter(node=node).order_by("npu_id", "chip_id"):
+        if acc.hbm_total_mb or acc.memory_total_mb:
+            return acc.hbm_total_mb or acc.memory_total_mb
+    return None
 
 
 def _check_torch_build(node: Node) -> None:

@@ -1,10 +1,16 @@
 from django.urls import path
 
-from console.deployments import views
+from console.deployments import catalog_views, views
 
 urlpatterns = [
     path("deployments/", views.deployment_list, name="deployment-list"),
     path("deployments/new", views.deployment_new, name="deployment-new"),
+    path(
+        "deployments/new/catalog",
+        catalog_views.deployment_from_catalog,
+        name="deployment-from-catalog",
+    ),
+    path("catalog/", catalog_views.catalog_page, name="catalog"),
     path("deployments/validate", views.deployment_validate, name="deployment-validate"),
     path("deployments/<slug:name>/", views.deployment_detail, name="deployment-detail"),
     path("deployments/<slug:name>/try", views.try_prompt, name="deployment-try"),

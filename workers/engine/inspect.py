@@ -33,6 +33,9 @@ _CONFIG_FIELDS = (
     "intermediate_size",
     "vocab_size",
     "max_position_embeddings",
+    "head_dim",  # explicit in some configs (Qwen3); else hidden_size / heads
+    "kv_lora_rank",  # MLA (DeepSeek-V2/V3/R1): the KV cache holds one latent per token
+    "qk_rope_head_dim",
 )
 
 
