@@ -88,6 +88,8 @@ class Agent:
             node=config.node_name,
             report=self.send_engine_report,
             python=config.engine_python or sys.executable,
+            probe_interval_s=config.engine_probe_s,
+            backoff_base_s=config.engine_backoff_s,
             phase_timeouts={
                 "starting": config.engine_start_timeout_s,
                 "loading": config.engine_start_timeout_s,

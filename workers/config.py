@@ -42,6 +42,8 @@ class AgentConfig:
     sample_path: str | None = None  # simulated provider: which real capture to replay
     engine_python: str = ""  # the interpreter of the engine environment (vLLM); "" = this one
     engine_start_timeout_s: float = 900.0  # vLLM listens only after loading weights
+    engine_probe_s: float = 2.0  # how often the supervisor looks at each engine
+    engine_backoff_s: float = 2.0  # first restart delay after a crash (doubles each crash)
     cann_set_env: str = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
 
     @classmethod
@@ -85,6 +87,8 @@ class AgentConfig:
             sample_path=env.get("NPU_AGENT_SIM_SAMPLE") or None,
             engine_python=env.get("NPU_AGENT_ENGINE_PYTHON", ""),
             engine_start_timeout_s=_positive(env, "NPU_AGENT_ENGINE_START_TIMEOUT_S", 900.0),
+            engine_probe_s=_positive(env, "NPU_AGENT_ENGINE_PROBE_S", 2.0),
+            engine_backoff_s=_positive(env, "NPU_AGENT_ENGINE_BACKOFF_S", 2.0),
             cann_set_env=env.get(
                 "NPU_AGENT_CANN_SET_ENV", "/usr/local/Ascend/ascend-toolkit/set_env.sh"
             ),

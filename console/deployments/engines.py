@@ -169,9 +169,10 @@ def apply_report(payload: dict) -> Replica | None:
             return None
         if report.generation < replica.generation:
             return replica  # an older engine of this replica: the agent replaces it
-        if report.generation == replica.generation and report.at < replica.state_changed_at:
+        if report.generation == replica.generation and _older_than_applied(report):
             return replica  # older than what we already know (e.g. a heartbeat's snapshot)
         _apply(replica, report)
+        _remember_applied(report)
     if report.metrics:
         get_redis().set(
             metrics_key(replica.pk),
@@ -179,6 +180,33 @@ def apply_report(payload: dict) -> Replica | None:
             ex=METRICS_TTL_S,
         )
     return replica
+
+
+def _applied_key(replica_id: int) -> str:
+    return f"npc:engine-applied:{replica_id}"
+
+
+def _older_than_applied(report: EngineReport) -> bool:
+    """True when a report of this generation made later (by the same agent's clock) was
+    already applied. Agent time is compared with agent time only: a host's clock may be
+    behind the console's, and two reports a few ms apart (failed, then crash-loop) must both
+    count. Unknown (Redis down or restarted): not older."""
+    try:
+        seen = get_redis().get(_applied_key(report.replica_id))
+    except Exception:  # noqa: BLE001 - the hot store is an optimisation here, not the truth
+        return False
+    if not seen:
+        return False
+    generation, at = seen.decode().split(" ", 1)
+    return int(generation) == report.generation and report.at < datetime.fromisoformat(at)
+
+
+def _remember_applied(report: EngineReport) -> None:
+    try:
+        value = f"{report.generation} {report.at.isoformat()}"
+        get_redis().set(_applied_key(report.replica_id), value, ex=7 * 86400)
+    except Exception:  # noqa: BLE001
+        log.warning("could not remember the last applied report of %s", report.replica_id)
 
 
 def _apply(replica: Replica, report: EngineReport) -> None:

@@ -132,7 +132,27 @@ def open_incident_for_replica(replica, report) -> Incident | None:
         log.exception("could not diagnose replica %s", getattr(replica, "pk", None))
         return None
     fingerprint = f"deployment:{replica.deployment_id}:{category}"
-    return _record_open(fingerprint, fields, note="" if found else "no rule matched")
+    incident = _record_open(fingerprint, fields, note="" if found else "no rule matched")
+    if incident is not None and report.phase == "crash-loop":
+        _note_crash_loop(incident, report.reason)
+    return incident
+
+
+def _note_crash_loop(incident: Incident, reason: str) -> None:
+    """The supervisor gave up restarting: say so on the incident (a note, severity critical),
+    whichever crash opened it. Never raises."""
+    try:
+        with transaction.atomic():
+            IncidentNote.objects.create(
+                incident=incident,
+                author="system",
+                text=f"crash-loop: the agent stopped restarting the engine. {reason}"[
+                    :MAX_NOTE_CHARS
+                ],
+            )
+            Incident.objects.filter(pk=incident.pk).update(severity=Severity.CRITICAL)
+    except Exception:  # noqa: BLE001 - as every opener: never break a report
+        log.exception("could not note the crash-loop on incident %s", incident.pk)
 
 
 def _chip_problems(chip: dict) -> list[str]:

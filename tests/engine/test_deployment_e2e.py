@@ -27,17 +27,22 @@ pytestmark = [pytest.mark.engine, pytest.mark.worker]
 NODE = "cpu-e2e"
 
 
-def start_agent(redis_url, token, tmp_path, engine_python, name=NODE):
+def start_agent(redis_url, token, tmp_path, engine_python, name=NODE, argv_prefix=(), **env):
+    """A real host agent process; `env` adds/overrides NPU_AGENT_* settings; argv_prefix wraps
+    its command (e.g. in a mount namespace)."""
     env = child_env(
         redis_url,
-        NPU_AGENT_ENROLL_TOKEN=token,
-        NPU_AGENT_HEARTBEAT_S="1",
-        NPU_AGENT_BROKER_URL=redis_url,
-        NPU_AGENT_STATE_DIR=str(tmp_path / "agent-state"),
-        NPU_AGENT_ENGINE_PYTHON=str(engine_python),
+        **{
+            "NPU_AGENT_ENROLL_TOKEN": token,
+            "NPU_AGENT_HEARTBEAT_S": "1",
+            "NPU_AGENT_BROKER_URL": redis_url,
+            "NPU_AGENT_STATE_DIR": str(tmp_path / "agent-state"),
+            "NPU_AGENT_ENGINE_PYTHON": str(engine_python),
+            **env,
+        },
     )
     return Proc(
-        [sys.executable, "-m", "workers", "agent", "--node-name", name],
+        [*argv_prefix, sys.executable, "-m", "workers", "agent", "--node-name", name],
         env,
         tmp_path / f"agent-{len(list(tmp_path.glob('agent-*.log')))}.log",
     )

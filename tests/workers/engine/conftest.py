@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workers.engine.helpers import Reports, free_port
+from tests.workers.engine.helpers import Reports, free_port, install_fake_vllm
 from workers.contracts import EngineSpec
 from workers.engine.supervisor import Supervisor
 
@@ -30,13 +29,7 @@ def redis_url() -> None:
 @pytest.fixture
 def fake_vllm(tmp_path: Path) -> Path:
     """A directory that makes `python -m vllm.entrypoints.openai.api_server` the fake."""
-    root = tmp_path / "fake-vllm"
-    package = root / "vllm" / "entrypoints" / "openai"
-    package.mkdir(parents=True)
-    for directory in (root / "vllm", root / "vllm" / "entrypoints", package):
-        (directory / "__init__.py").write_text("")
-    shutil.copy(HERE / "fake_vllm_server.py", package / "api_server.py")
-    return root
+    return install_fake_vllm(tmp_path / "fake-vllm")
 
 
 @pytest.fixture

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 
@@ -22,6 +24,17 @@ def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.02)
+
+
+def install_fake_vllm(root: Path) -> Path:
+    """Make `python -m vllm.entrypoints.openai.api_server` run fake_vllm_server.py for a
+    python whose PYTHONPATH holds `root`. Returns root."""
+    package = root / "vllm" / "entrypoints" / "openai"
+    package.mkdir(parents=True)
+    for directory in (root / "vllm", root / "vllm" / "entrypoints", package):
+        (directory / "__init__.py").write_text("")
+    shutil.copy(Path(__file__).with_name("fake_vllm_server.py"), package / "api_server.py")
+    return root
 
 
 def free_port() -> int:

@@ -1,0 +1,104 @@
+"""Fixtures for the fault-injection tests (marker `faults`): real agents, console workers,
+brokers and engine processes, broken on purpose. docs/faults.md lists each promise and the
+test that proves it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from console.accounts.services import Actor
+from console.deployments.models import Deployment
+from console.inventory.enrollment import create_enrollment_token
+from console.inventory.models import Node
+from tests.conftest import Proc
+from tests.engine.test_deployment_e2e import start_agent
+from tests.helpers import wait_for
+from tests.workers.engine.helpers import install_fake_vllm
+
+PROBE_S = 1.0  # the agents' engine probe interval in these tests
+BACKOFF_S = 0.5  # their first restart delay (doubles per crash)
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    """A model directory the stand-in engine "serves" (config.json only)."""
+    path = tmp_path / "stand-in-model"
+    path.mkdir()
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64}
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def kill_engines_of(marker: str) -> None:
+    """SIGKILL every process whose command line mentions `marker` (a tmp path of the test)."""
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if marker in " ".join(proc.info["cmdline"] or []):
+                os.killpg(proc.pid, signal.SIGKILL)
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            pass
+
+
+@pytest.fixture
+def stand_in_agent(
+    redis_url, admin_user, tmp_path: Path, model_dir: Path
+) -> Iterator[Callable[..., Proc]]:
+    """start(name, **env) -> a real agent process whose engines are the stand-in vLLM
+    (tests/workers/engine/fake_vllm_server.py: serves /health, /v1/models, /metrics), with
+    fast probes and backoff; waits until its node is registered. Every agent and engine it
+    started is killed at teardown."""
+    fake = install_fake_vllm(tmp_path / "fake-vllm")
+    _, token = create_enrollment_token(actor=Actor(user=admin_user, name="ada"), name="faults")
+    started: list[Proc] = []
+
+    def start(name: str, argv_prefix=(), **env: str) -> Proc:
+        settings = {
+            "PYTHONPATH": str(fake),
+            "NPU_AGENT_ENGINE_PROBE_S": str(PROBE_S),
+            "NPU_AGENT_ENGINE_BACKOFF_S": str(BACKOFF_S),
+            **env,
+        }
+        agent = start_agent(
+            redis_url, token, tmp_path, sys.executable, name, argv_prefix, **settings
+        )
+        started.append(agent)
+        wait_for(
+            lambda: Node.objects.filter(name=name).exists() or _exited(agent),
+            60,
+            message=f"node {name} to register",
+        )
+        return agent
+
+    yield start
+    for agent in started:
+        agent.stop()
+    kill_engines_of(str(model_dir))
+
+
+def _exited(agent: Proc) -> bool:
+    if agent.popen.poll() is not None:
+        raise AssertionError(f"the agent exited:\n{agent.output()[-4000:]}")
+    return False
+
+
+def cpu_deployment(name: str, node: Node, model_dir: Path, replicas: int = 1) -> Deployment:
+    """A running CPU deployment pinned to `node` (written directly: the API's model inspection
+    is not what these tests are about)."""
+    return Deployment.objects.create(
+        name=name,
+        model_path=str(model_dir),
+        served_model_name="tiny",
+        device="cpu",
+        pinned_node=node,
+        replicas=replicas,
+        desired_state="running",
+        spec_version=1,
+    )
