@@ -79,6 +79,7 @@ class Heartbeat(BaseModel):
     telemetry_ok: bool = True
     telemetry_reason: str | None = None
     engines: list[dict[str, Any]] = Field(default_factory=list)
+    log_error: str | None = None  # engine logs cannot be written (disk full): why
 
 
 class CheckResult(BaseModel):

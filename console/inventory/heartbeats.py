@@ -70,6 +70,7 @@ def _static_fields(hb: Heartbeat) -> dict:
         "simulated": hb.simulated,
         "telemetry_ok": hb.telemetry_ok,
         "telemetry_reason": (hb.telemetry_reason or "")[:300],
+        "log_error": (hb.log_error or "")[:300],
     }
 
 

@@ -66,6 +66,9 @@ class Node(models.Model):
     telemetry_reason = models.CharField(
         max_length=300, blank=True, help_text="why telemetry is degraded"
     )
+    log_error = models.CharField(
+        max_length=300, blank=True, help_text="why engine logs cannot be written (disk full)"
+    )
     enrolled_with = models.ForeignKey(
         "EnrollmentToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="nodes"
     )

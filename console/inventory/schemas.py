@@ -49,6 +49,9 @@ class NodeOut(Schema):
     last_heartbeat: datetime | None
     agent_version: str
     simulated: bool
+    telemetry_ok: bool
+    telemetry_reason: str
+    log_error: str
     accelerator_count: int
 
     @staticmethod

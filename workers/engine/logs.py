@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TypedDict
 
 LOG_MAX_BYTES = 50 * 1024 * 1024
+LOW_SPACE_BYTES = 64 * 1024 * 1024  # below this (or 1% of the disk) the log disk counts as full
 LOG_KEEP = 5  # run logs kept per replica (each with at most one rotated copy)
 READ_MAX_BYTES = 64 * 1024
 _RUN_LOG = re.compile(r"^gen(\d+)-run(\d+)\.log$")
@@ -66,6 +67,18 @@ def open_for_engine(path: Path) -> int:
     The caller closes it once the child holds its own copy."""
     path.parent.mkdir(parents=True, exist_ok=True)
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+
+
+def space_problem(directory: Path) -> str | None:
+    """Why engine logs under `directory` can no longer be written (its filesystem is full or
+    nearly: under LOW_SPACE_BYTES or 1% free), or None. Never raises."""
+    try:
+        usage = shutil.disk_usage(directory)
+    except OSError:
+        return None
+    if usage.free >= min(LOW_SPACE_BYTES, usage.total // 100):
+        return None
+    return f"disk full at {directory}: {usage.free} of {usage.total} bytes free"
 
 
 def _read_base(path: Path) -> int:

@@ -82,6 +82,16 @@ class Settings:
 class Runner:
     def __init__(self, settings: Settings) -> None:
         self.s = settings
+        self.write_error: str | None = None  # the last failed write of a log or state file
+
+    def wrote(self, what: Path | None, exc: OSError | None = None) -> None:
+        """Record whether a write under the state dir worked (the agent reports the last
+        failure in its heartbeats until a later write succeeds)."""
+        if exc is None:
+            self.write_error = None
+            return
+        self.write_error = f"cannot write {what}: {exc.strerror or exc}"
+        log.warning("%s", self.write_error)
 
     # --- reporting -----------------------------------------------------------------------
     def emit(self, engine: Engine) -> EngineReport:
@@ -109,8 +119,10 @@ class Runner:
         in memory rather than being killed, but an agent restart will not find it."""
         try:
             write_state(engine)
-        except OSError:
+            self.wrote(engine.directory)
+        except OSError as exc:
             log.exception("replica %s: cannot write its state file", engine.replica_id)
+            self.wrote(engine.directory / "state.json", exc)
 
     def capture_tail(self, engine: Engine) -> None:
         path = engine.log_path
@@ -165,6 +177,9 @@ class Runner:
             return False
         try:
             os.write(fd, self._header(engine, argv, env))
+        except OSError as exc:  # a full log disk must not keep the engine from starting
+            self.wrote(engine.log_path, exc)
+        try:
             proc = process.spawn(argv, env, fd, engine.directory)
         except OSError as exc:
             engine.proc = engine.pid = engine.create_time = None
@@ -276,7 +291,10 @@ class Runner:
         if words is not None:
             return self._on_exit(engine, words)
         if engine.log_path is not None:
-            logs.rotate_if_needed(engine.log_path, self.s.log_max_bytes)
+            try:
+                logs.rotate_if_needed(engine.log_path, self.s.log_max_bytes)
+            except OSError as exc:  # disk full: keep probing; the log grows until space is back
+                self.wrote(engine.log_path, exc)
         if engine.phase == P.STARTING:
             self._tick_starting(engine)
         elif engine.phase == P.LOADING:

@@ -26,6 +26,7 @@ from workers.contracts import EnginePhase, EngineReport, EngineSpec
 from workers.engine.adoption import adopt
 from workers.engine.argv import DEFAULT_SET_ENV
 from workers.engine.logs import LOG_KEEP, LOG_MAX_BYTES, latest_log, read_log, replica_dir
+from workers.engine.logs import space_problem as logs_space_problem
 from workers.engine.policy import HANG_AFTER_S, HEALTH_FAILURES
 from workers.engine.runner import Runner, Settings
 from workers.engine.state import Engine, all_state_dirs, load_state, remove_state
@@ -159,6 +160,11 @@ class Supervisor:
         with self._guard:
             engines = list(self._engines.values())
         return [engine.report(self.node) for engine in engines]
+
+    def log_error(self) -> str | None:
+        """Why engine logs cannot be written now (the state dir's disk full, or the last write
+        that failed), or None. Engines keep running either way."""
+        return logs_space_problem(self.state_dir) or self._runner.write_error
 
     def log_tail(self, replica_id: int, offset: int = 0, max_bytes: int = 65536) -> dict[str, Any]:
         """read_log() of the replica's current log (or of its newest log once stopped), plus

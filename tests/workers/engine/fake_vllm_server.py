@@ -34,7 +34,10 @@ def env_float(name, default=0.0):
 
 
 def say(*words):
-    print("fake-vllm:", *words, flush=True)
+    try:
+        print("fake-vllm:", *words, flush=True)
+    except OSError:  # log disk full: carry on, as vLLM's logging handlers do
+        pass
 
 
 def health_ok():
