@@ -4,6 +4,7 @@ preset. Separate from views.py only to keep each module small; same conventions.
 from __future__ import annotations
 
 from django.shortcuts import render
+from django.views.decorators.http import require_GET
 
 from console.accounts.decorators import role_required
 from console.deployments import catalog
@@ -31,6 +32,7 @@ def _initial(spec: dict) -> dict:
     return initial
 
 
+@require_GET
 @role_required("operator")
 def deployment_from_catalog(request):
     """The deployment form with a catalog preset's values (htmx swaps in just the form).
