@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError
 from django.http import Http404
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, ValidationError
@@ -119,6 +120,16 @@ def on_not_found(request, exc):
 @api.exception_handler(NinjaHttpError)
 def on_http_error(request, exc: NinjaHttpError):
     return _error(request, exc.status_code, str(exc.message))
+
+
+@api.exception_handler(DatabaseError)
+def on_database_error(request, exc: DatabaseError):
+    """The database is down (503, console/outage.py); any other database error stays a 500."""
+    from console.outage import DB_ERRORS, unavailable
+
+    if isinstance(exc, DB_ERRORS):
+        return unavailable(request)
+    raise exc
 
 
 def _mount_routers() -> None:

@@ -4,6 +4,7 @@ from django.views.generic import RedirectView
 
 from console.api import api
 
+handler500 = "console.outage.server_error"  # the database down -> 503, not a traceback
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/docs", RedirectView.as_view(url="/api/v1/docs", permanent=False)),
