@@ -2,7 +2,7 @@
 
 from django.contrib.auth import get_user_model
 from ninja import Query, Router, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
 from console.accounts import services
 from console.accounts.models import AuditEntry, Role
@@ -15,6 +15,7 @@ from console.accounts.schemas import (
     TokenOut,
 )
 from console.errors import Invalid
+from console.pagination import LimitOffsetPagination
 
 router = Router(tags=["accounts"])
 

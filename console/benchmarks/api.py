@@ -1,13 +1,14 @@
 """REST routes for benchmark runs: thin adapters over services."""
 
 from ninja import Query, Router, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
 from console.accounts.services import actor_from_request
 from console.benchmarks import services
 from console.benchmarks.models import BenchmarkRun
 from console.benchmarks.schemas import BenchmarkDetailOut, BenchmarkIn, BenchmarkOut, CompareOut
 from console.errors import NotFound
+from console.pagination import LimitOffsetPagination
 
 router = Router(tags=["benchmarks"])
 

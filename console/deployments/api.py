@@ -1,7 +1,7 @@
 """REST routes for deployments and replicas: thin adapters over services."""
 
 from ninja import Router, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
 from console.accounts.services import actor_from_request
 from console.deployments import catalog, services
@@ -17,6 +17,7 @@ from console.deployments.schemas import (
     ScaleIn,
 )
 from console.errors import Invalid, NotFound
+from console.pagination import LimitOffsetPagination
 
 router = Router(tags=["deployments"])
 

@@ -11,7 +11,7 @@ import json
 from datetime import datetime
 
 from ninja import Field, Query, Router, Schema, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 from ninja.security import APIKeyCookie, HttpBearer
 from pydantic import ValidationError
 
@@ -21,6 +21,7 @@ from console.diagnosis import faultcodes, incidents, services
 from console.diagnosis.models import IncidentStatus
 from console.diagnosis.schemas import DiagnoseIn, DiagnosisOut, FaultLevelOut
 from console.errors import Invalid
+from console.pagination import LimitOffsetPagination
 
 router = Router(tags=["diagnosis"])
 

@@ -5,7 +5,7 @@ from typing import Literal
 from django.db.models import Count
 from django.db.models.fields.json import KeyTransform
 from ninja import Query, Router, Schema, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
 from console.accounts.models import Role
 from console.accounts.services import actor_from_request, check_role
@@ -31,6 +31,7 @@ from console.inventory.schemas import (
     NodeStateIn,
     ReleaseIn,
 )
+from console.pagination import LimitOffsetPagination
 
 router = Router(tags=["inventory"])
 

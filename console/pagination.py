@@ -1,0 +1,16 @@
+"""The API's list pagination: django-ninja's limit/offset with a bounded offset.
+
+ninja's own `offset` has no upper bound, and an offset past what the database's OFFSET takes
+(a 64-bit integer) was a 500; here it is a 422 naming `offset`
+(tests/security/test_schemathesis.py found it).
+"""
+
+from ninja import Field
+from ninja.pagination import LimitOffsetPagination as _NinjaLimitOffsetPagination
+
+MAX_OFFSET = 1_000_000_000
+
+
+class LimitOffsetPagination(_NinjaLimitOffsetPagination):
+    class Input(_NinjaLimitOffsetPagination.Input):
+        offset: int = Field(0, ge=0, le=MAX_OFFSET)
