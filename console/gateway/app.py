@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 import httpx
 from redis import asyncio as aioredis
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -67,6 +68,16 @@ def redis_client() -> aioredis.Redis:
     if r is None:
         r = _redis[key] = aioredis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
     return r
+
+
+_pending: set[asyncio.Task] = set()
+
+
+def _background(coro) -> None:
+    """Run `coro` after the response, keeping a reference until it is done."""
+    task = asyncio.get_running_loop().create_task(coro)
+    _pending.add(task)
+    task.add_done_callback(_pending.discard)
 
 
 def error(status: int, message: str, kind: str, param: str | None = None, code: str | None = None):
@@ -227,8 +238,16 @@ async def forward(request: Request) -> Response:
                 body_usage = json.loads(data).get("usage")
             except (ValueError, AttributeError):
                 pass
-        await count(principal, model, ok=upstream.status_code < 400, body_usage=body_usage)
-        return Response(data, upstream.status_code, headers=reply_headers, media_type=ctype)
+        return Response(
+            data,
+            upstream.status_code,
+            headers=reply_headers,
+            media_type=ctype,
+            # counted after the answer is sent: off the request's critical path
+            background=BackgroundTask(
+                count, principal, model, ok=upstream.status_code < 400, body_usage=body_usage
+            ),
+        )
 
     return StreamingResponse(
         _relay(upstream, up, principal, model, strip_usage),
@@ -268,7 +287,7 @@ async def _relay(
     finally:
         await upstream.aclose()
         router.release(up)
-        await asyncio.shield(count(principal, model, ok=ok, body_usage=body_usage))
+        _background(count(principal, model, ok=ok, body_usage=body_usage))
 
 
 @contextlib.asynccontextmanager

@@ -14,9 +14,7 @@ import pytest
 
 from console.accounts.services import Actor, create_token
 from console.deployments.models import Deployment, Replica
-from console.gateway import usage
-from console.gateway.models import Usage
-from tests.console.gateway.fake_openai import refused_port
+from tests.console.gateway.fake_openai import counted, refused_port
 from tests.factories import make_node
 from tests.helpers import make_user, wait_for
 
@@ -86,8 +84,7 @@ def test_real_engine_behind_the_gateway(setup, tiny_server):
     )
     assert refused.status_code == 403
 
-    usage.flush()
-    row = Usage.objects.get(token=token, model="tiny")
+    row = counted(token, "tiny", 2)
     assert row.requests == 2 and row.errors == 0
     assert row.completion_tokens == 14 and row.prompt_tokens > 0
 

@@ -7,7 +7,6 @@ import asyncio
 import json
 import socket
 import threading
-import time
 
 import uvicorn
 from starlette.applications import Starlette
@@ -15,6 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from console.gateway import usage
+from console.gateway.models import Usage
 from tests.helpers import wait_for
 
 
@@ -102,5 +103,11 @@ def refused_port() -> int:
         return s.getsockname()[1]
 
 
-def now() -> float:
-    return time.monotonic()
+def counted(token, model: str, requests: int) -> Usage:
+    """The usage row once `requests` were counted (counting runs after the answer is sent)."""
+
+    def row():
+        usage.flush()
+        return Usage.objects.filter(token=token, model=model, requests__gte=requests).first()
+
+    return wait_for(row, 10, message=f"{requests} requests counted")

@@ -15,10 +15,8 @@ from console.accounts.models import ApiToken
 from console.accounts.services import Actor, create_token
 from console.deployments.engines import metrics_key
 from console.deployments.models import Deployment, Replica
-from console.gateway import usage
-from console.gateway.models import Usage
 from console.hot import get_redis
-from tests.console.gateway.fake_openai import FakeReplica, refused_port
+from tests.console.gateway.fake_openai import FakeReplica, counted, refused_port
 from tests.factories import make_node
 from tests.helpers import make_user, wait_for
 
@@ -193,8 +191,7 @@ def test_streaming_is_relayed_as_it_arrives_and_usage_counted(console_web, alice
         ).text
         assert '"usage": {"prompt_tokens": 5' in text
 
-    usage.flush()
-    row = Usage.objects.get(token=token, model="model-s")
+    row = counted(token, "model-s", 2)
     assert (row.requests, row.errors, row.prompt_tokens, row.completion_tokens) == (2, 0, 10, 10)
 
 
@@ -223,6 +220,7 @@ def test_usage_page_and_api(console_web, alice, client):
             call(console_web, raw, "/v1/completions", {"model": "model-u", "prompt": "x"})
     other = make_user("bob", "viewer")
     _, bob_raw = token_for(other)
+    counted(token, "model-u", 3)  # counted after each answer went out
     client.force_login(alice)
     report = client.get("/api/v1/gateway/usage").json()
     assert report["totals"]["requests"] == 3
