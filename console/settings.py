@@ -57,6 +57,14 @@ CELERY_BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1)
 CELERY_RESULT_BACKEND = CELERY_BROKER_URL
 CELERY_TASK_DEFAULT_QUEUE = "console"
 CELERY_TASK_ACKS_LATE = False  # opted into per task, only where the task is idempotent
+# An acks_late task whose worker died is delivered again after this long (Redis transport),
+# found by a sweep every min(10 s, that) instead of kombu's default ~100 s.
+BROKER_VISIBILITY_TIMEOUT_S = env.get_int("CELERY_VISIBILITY_TIMEOUT_S", 3600, minimum=1)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": BROKER_VISIBILITY_TIMEOUT_S,
+    "unacked_restore_interval": min(10, BROKER_VISIBILITY_TIMEOUT_S),
+    "unacked_restore_throttle": 1,
+}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_RESULT_EXPIRES = 3600

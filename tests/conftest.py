@@ -91,9 +91,9 @@ class Proc:
         self._fh.close()
 
 
-@pytest.fixture
-def console_worker(redis_url, transactional_db, tmp_path):
-    """A real console Celery worker process on queue `console`, sharing the test database."""
+def start_console_worker(redis_url: str, log: Path, **env: str) -> Proc:
+    """Start a real console Celery worker (queue `console`, the test database; `env` adds
+    settings) and wait until it answers a ping."""
     argv = [
         sys.executable,
         "-m",
@@ -112,7 +112,7 @@ def console_worker(redis_url, transactional_db, tmp_path):
         "--without-gossip",
         "--without-mingle",
     ]
-    proc = Proc(argv, child_env(redis_url), tmp_path / "console-worker.log")
+    proc = Proc(argv, child_env(redis_url, **env), log)
     from console.celery import app
 
     def answers():
@@ -124,6 +124,13 @@ def console_worker(redis_url, transactional_db, tmp_path):
             return None
 
     wait_for(answers, 60, message="the console worker to answer")
+    return proc
+
+
+@pytest.fixture
+def console_worker(redis_url, transactional_db, tmp_path):
+    """A real console Celery worker process on queue `console`, sharing the test database."""
+    proc = start_console_worker(redis_url, tmp_path / "console-worker.log")
     yield proc
     proc.stop()
 

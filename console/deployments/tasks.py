@@ -15,9 +15,11 @@ def reconcile() -> dict:
     return run()
 
 
-@shared_task(name=Tasks.ENGINE_REPORT, ignore_result=True)
+@shared_task(name=Tasks.ENGINE_REPORT, ignore_result=True, acks_late=True)
 def engine_report(payload: dict) -> None:
-    """Apply an agent's engine report (idempotent; stale generations ignored)."""
+    """Apply an agent's engine report. Idempotent (a transition applied twice is one event;
+    stale generations and older reports are ignored), so acks_late: a worker killed mid-task
+    leaves the report to be delivered again, never lost."""
     from console.deployments.engines import apply_report
 
     apply_report(payload)
