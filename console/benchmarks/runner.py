@@ -122,10 +122,15 @@ class Recorder:
             self.itls.extend(itls)
             self.e2es.append(e2e)
             usage = usage or {}
-            self.output_tokens += int(usage.get("completion_tokens") or len(itls) + 1)
+            chunks = len(itls) + 1
+            tokens = int(usage.get("completion_tokens") or chunks)
+            self.output_tokens += tokens
             if usage.get("prompt_tokens"):
                 self.prompt_tokens.append(int(usage["prompt_tokens"]))
             sec = self._sec(now)
+            # A busy engine may pack several tokens into one chunk: the timeline counted
+            # chunks as they came; the rest of the request's tokens land in this second.
+            sec.output_tokens += max(0, tokens - chunks)
             sec.requests += 1
             sec.ttfts.append(ttft)
             self.last_done = max(self.last_done, now - self.t0)

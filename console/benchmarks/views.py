@@ -135,6 +135,7 @@ def _timeline_charts(run: BenchmarkRun) -> list[dict]:
             "json": json.dumps(
                 {
                     "x": tl["t"],
+                    "xMax": max(run.duration_s, tl["t"][-1]),
                     "yLabel": unit,
                     "series": [{"label": lbl, "values": tl.get(key, [])} for lbl, key in cols],
                 }
@@ -193,7 +194,7 @@ def run_compare(request):
     sa, sb = run_a.engine_settings or {}, run_b.engine_settings or {}
     context["settings_rows"] = [
         {"key": k, "a": sa.get(k), "b": sb.get(k), "changed": sa.get(k) != sb.get(k)}
-        for k in sorted(set(sa) | set(sb))
+        for k in sorted(set(sa) | set(sb), key=lambda k: (sa.get(k) == sb.get(k), k))
     ]
     return render(request, "benchmarks/compare.html", context)
 

@@ -24,7 +24,7 @@
     var legendH = 28, w = el.clientWidth || 300, h = (el.clientHeight || 200) - legendH;
     var u = new window.uPlot({
       width: w, height: Math.max(80, h),
-      scales: { x: { time: false } },
+      scales: { x: { time: false, range: function (u, lo, hi) { return [0, Math.max(hi, spec.xMax || 0)]; } } },
       axes: [axis({ label: spec.xLabel || 's since start', labelSize: 16, size: 36 }), axis({ label: unit, labelSize: unit ? 16 : 0, size: 50 })],
       series: [{ label: 's', value: function (u, v) { return v == null ? '–' : v + ' s'; } }].concat(spec.series.map(function (s, i) {
         return {

@@ -11,8 +11,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class FakeEngine:
-    def __init__(self, *, ttft_s: float = 0.05, itl_s: float = 0.01, fail_every: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        ttft_s: float = 0.05,
+        itl_s: float = 0.01,
+        fail_every: int = 0,
+        tokens_per_chunk: int = 1,
+    ) -> None:
         self.ttft_s, self.itl_s, self.fail_every = ttft_s, itl_s, fail_every
+        self.tokens_per_chunk = tokens_per_chunk
         self.requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -73,7 +81,7 @@ class FakeEngine:
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
                 time.sleep(engine.ttft_s)
-                for i in range(body["max_tokens"]):
+                for i in range(0, body["max_tokens"], engine.tokens_per_chunk):
                     if i:
                         time.sleep(engine.itl_s)
                     chunk = {"choices": [{"index": 0, "text": f" w{i}"}]}

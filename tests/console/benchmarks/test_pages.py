@@ -42,10 +42,11 @@ def test_form_errors_are_422_naming_the_field_and_keep_the_input(operator_client
 
 
 def test_start_from_the_form_then_the_run_page_polls_until_done(operator_client, deployment):
-    resp = operator_client.post("/benchmarks/new", {**FORM, "load": "request_rate"})
+    form = {**FORM, "load": "request_rate", "load_value": "20", "seed": "1"}
+    resp = operator_client.post("/benchmarks/new", form)
     run = BenchmarkRun.objects.get()
     assert resp.status_code == 302 and resp["Location"] == f"/benchmarks/{run.pk}/"
-    assert run.request_rate == 2.0 and run.concurrency is None
+    assert run.request_rate == 20.0 and run.concurrency is None and run.seed == 1
     page = operator_client.get(f"/benchmarks/{run.pk}/").content.decode()
     assert 'hx-trigger="every 1s' in page and "queued" in page and "Cancel" in page
     services.execute_run(run.pk)

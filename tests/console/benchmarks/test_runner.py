@@ -50,6 +50,18 @@ def test_timeline_has_one_row_per_second():
     assert all(v > 0 for v in tl["output_tokens"][:2]) and max(tl["in_flight"]) == 2
 
 
+def test_chunks_carrying_several_tokens_still_add_up():
+    with FakeEngine(ttft_s=0.02, itl_s=0.02, tokens_per_chunk=3) as engine:
+        params = LoadParams(
+            model="m", prompt_tokens=4, output_tokens=9, duration_s=1, concurrency=1
+        )
+        run = run_to_end(params, [engine.url])
+    r = run.recorder.results()
+    assert r["output_tokens_total"] == 9 * r["requests"]  # from usage, not the chunk count
+    assert sum(run.recorder.timeline()["output_tokens"]) == r["output_tokens_total"]
+    assert len(run.recorder.itls) == 2 * r["requests"]  # gaps between the 3 chunks, as vllm bench
+
+
 def test_open_loop_sends_at_the_asked_rate_whatever_the_answers():
     with FakeEngine(ttft_s=0.3, itl_s=0.01) as engine:  # slow answers: arrivals must not wait
         params = LoadParams(
