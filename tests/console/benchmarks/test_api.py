@@ -7,6 +7,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from console.accounts.models import AuditEntry
@@ -122,7 +123,13 @@ def test_cancel_stops_a_running_run_within_seconds(operator, fake_engine):
     make_deployment(port=fake_engine.port)
     client = client_for(operator)
     run_id = post(client, "tiny", {**GOOD, "duration_s": 60}).json()["id"]
-    worker = threading.Thread(target=services.execute_run, args=[run_id])
+    def execute() -> None:
+        try:
+            services.execute_run(run_id)
+        finally:
+            connection.close()  # this thread's own connection (PostgreSQL drops the db after)
+
+    worker = threading.Thread(target=execute)
     worker.start()
     wait_for(
         lambda: BenchmarkRun.objects.get(pk=run_id).requests > 0, 20, message="progress written"
