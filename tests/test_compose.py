@@ -1,7 +1,11 @@
-"""compose.yaml and the Dockerfile, checked without Docker.
+"""compose.yaml, the Dockerfile, the TLS proxy and the agent's systemd unit, checked without Docker.
 
 Every command a container of this project's image runs must name something that exists here:
 a management command, an ASGI application, a Celery app and subcommand, an agent subcommand.
+The promises of docs/operations.md about the production shape are checked here too: Redis needs
+a password and the console's REDIS_URL carries it, Redis and PostgreSQL are never published,
+the TLS proxy points at the web service and at Redis, the console's settings under compose pass
+`check --deploy`, and the agent's unit verifies and names only settings the agent reads.
 """
 
 from __future__ import annotations
@@ -10,8 +14,13 @@ import argparse
 import copy
 import importlib
 import json
+import os
 import re
+import secrets
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +29,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "compose.yaml"
 DOCKERFILE = ROOT / "Dockerfile"
+NGINX_CONF = ROOT / "deploy" / "nginx" / "nginx.conf"
+UNIT = ROOT / "deploy" / "systemd" / "npu-agent.service"
+AGENT_ENV_EXAMPLE = ROOT / "deploy" / "systemd" / "npu-agent.env.example"
+COMPOSE_ENV_EXAMPLE = ROOT / "deploy" / "compose.env.example"
 
 PYTHONS = {"python", "python3", "python3.11"}
 SHELLS = {"sh", "bash", "/bin/sh", "/bin/bash"}
@@ -242,7 +255,7 @@ def compose_problems(data: dict) -> dict[str, list[str]]:
 
 def test_services_exist(compose):
     assert "version" not in compose, "the Compose spec has no `version:`"
-    assert {"postgres", "redis", "migrate", "web", "worker", "beat", "agent"} <= set(
+    assert {"postgres", "redis", "migrate", "web", "worker", "beat", "proxy", "agent"} <= set(
         compose["services"]
     )
 
@@ -373,3 +386,346 @@ def test_shell_form_is_split():
         ["python", "manage.py", "migrate", "--noinput"],
         ["python", "manage.py", "ensure_admin"],
     ]
+
+
+# --- the production shape: secrets, exposure, TLS --------------------------------------------
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose's ${VAR}, ${VAR:-default} and ${VAR:?error} (enough for this file's values)."""
+
+    def one(match: re.Match) -> str:
+        name, op, arg = match.groups()
+        if name in env and (env[name] or not (op or "").startswith(":")):
+            return env[name]
+        if op and op.endswith("?"):
+            raise KeyError(f"{name}: {arg}")
+        return arg if op else ""
+
+    return _VAR.sub(one, value).replace("$$", "$")
+
+
+def published_ports(service: dict) -> list[int]:
+    """The container ports a service publishes on the host (short and long syntax)."""
+    ports = []
+    for entry in service.get("ports", []):
+        if isinstance(entry, dict):
+            ports.append(int(entry["target"]))
+        else:
+            ports.append(int(str(entry).split("/")[0].rsplit(":", 1)[-1]))
+    return ports
+
+
+def exposure_problems(data: dict) -> list[str]:
+    """Services that put Redis, PostgreSQL or plain-http uvicorn on the host's network."""
+    problems = []
+    for name, service in data["services"].items():
+        if name in {"redis", "postgres", "web", "worker", "beat", "migrate"}:
+            if service.get("ports"):
+                problems.append(f"{name} publishes {service['ports']}")
+            if service.get("network_mode") == "host":
+                problems.append(f"{name} uses the host's network")
+        for port in published_ports(service):
+            if port in {5432, 6379, 8000}:
+                problems.append(f"{name} publishes container port {port}")
+    return problems
+
+
+def redis_password_problems(data: dict) -> list[str]:
+    problems = []
+    redis = data["services"]["redis"]
+    cmd = redis["command"]
+    if "--requirepass" not in cmd:
+        return ["redis runs without --requirepass"]
+    password = cmd[cmd.index("--requirepass") + 1]
+    if not password.startswith("${REDIS_PASSWORD:?"):
+        problems.append(f"redis password is not the required REDIS_PASSWORD: {password!r}")
+    env = {"REDIS_PASSWORD": "s3cret"}
+    url = interpolate(data["x-console-env"]["REDIS_URL"], env)
+    if url != "redis://:s3cret@redis:6379/0":
+        problems.append(f"console REDIS_URL does not carry the password: {url!r}")
+    for name in ("migrate", "web", "worker", "beat"):
+        if (
+            data["services"][name]["environment"].get("REDIS_URL")
+            != (data["x-console-env"]["REDIS_URL"])
+        ):
+            problems.append(f"{name}: REDIS_URL is not the shared one")
+    return problems
+
+
+def test_redis_requires_a_password_the_console_url_carries(compose):
+    assert redis_password_problems(compose) == []
+    assert compose["services"]["redis"]["environment"]["REDISCLI_AUTH"].startswith(
+        "${REDIS_PASSWORD:?"
+    ), "the healthcheck's redis-cli must authenticate"
+
+
+def test_no_service_publishes_redis_postgres_or_plain_http(compose):
+    assert exposure_problems(compose) == []
+    assert sorted(published_ports(compose["services"]["proxy"])) == [80, 443, 6380]
+
+
+@pytest.mark.parametrize(
+    "service, change, expected",
+    [
+        ("redis", {"ports": ["127.0.0.1:6379:6379"]}, "redis publishes"),
+        ("postgres", {"ports": [{"target": 5432, "published": 5432}]}, "postgres publishes"),
+        ("web", {"ports": ["8000:8000"]}, "web publishes"),
+        ("proxy", {"ports": ["6379:6379"]}, "container port 6379"),
+        ("redis", {"network_mode": "host"}, "host's network"),
+    ],
+)
+def test_exposure_check_catches_a_published_port(compose, service, change, expected):
+    broken = copy.deepcopy(compose)
+    broken["services"][service].update(change)
+    assert any(expected in p for p in exposure_problems(broken))
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda d: d["services"]["redis"]["command"].remove("--requirepass"), "without"),
+        (
+            lambda d: d["x-console-env"].update(REDIS_URL="redis://redis:6379/0"),
+            "does not carry",
+        ),
+        (
+            lambda d: d["services"]["worker"]["environment"].update(REDIS_URL="redis://x/0"),
+            "worker",
+        ),
+    ],
+)
+def test_password_check_catches_a_missing_password(compose, mutate, expected):
+    broken = copy.deepcopy(compose)
+    mutate(broken)
+    assert any(expected in p for p in redis_password_problems(broken))
+
+
+def parse_nginx(text: str) -> list:
+    """nginx.conf as nested [directive, [args], children-or-None] lists."""
+    tokens = re.findall(r'"[^"]*"|[{};]|[^\s{};"]+', re.sub(r"(?m)#.*$", "", text))
+    stack: list[list] = [[]]
+    words: list[str] = []
+    for token in tokens:
+        if token == "{":
+            block = [words[0], words[1:], []]
+            stack[-1].append(block)
+            stack.append(block[2])
+            words = []
+        elif token == "}":
+            stack.pop()
+        elif token == ";":
+            stack[-1].append([words[0], words[1:], None])
+            words = []
+        else:
+            words.append(token.strip('"'))
+    assert len(stack) == 1 and not words, "unbalanced nginx.conf"
+    return stack[0]
+
+
+def _find(block: list, name: str) -> list:
+    return [d for d in block if d[0] == name]
+
+
+def _upstream_servers(top: list, context: str, upstream: str) -> list[str]:
+    (ctx,) = _find(top, context)
+    found = [d for d in _find(ctx[2], "upstream") if d[1] == [upstream]]
+    assert found, f"no upstream {upstream} in {context}"
+    return [d[1][0] for d in _find(found[0][2], "server")]
+
+
+def proxy_problems(data: dict, conf_text: str) -> list[str]:
+    """Whether the proxy serves HTTPS from the web service and TLS from Redis, with the
+    certificate from its mounted TLS directory."""
+    problems = []
+    top = parse_nginx(conf_text)
+    proxy = data["services"]["proxy"]
+    mounts = {v.rsplit(":", 2)[1]: v.split(":")[0] for v in proxy["volumes"]}
+    if mounts.get("/etc/nginx/nginx.conf") != "./deploy/nginx/nginx.conf":
+        problems.append("proxy does not mount deploy/nginx/nginx.conf")
+    web_cmd = data["services"]["web"]["command"]
+    web_port = web_cmd[web_cmd.index("--port") + 1]
+    (http,) = _find(top, "http")
+    tls_servers = [
+        s for s in _find(http[2], "server") if any("ssl" in d[1] for d in _find(s[2], "listen"))
+    ]
+    if not tls_servers:
+        return [*problems, "no https server"]
+    (server,) = tls_servers
+    if ["443", "ssl"] not in [d[1] for d in _find(server[2], "listen")]:
+        problems.append("https server does not listen on 443")
+    (location,) = [d for d in _find(server[2], "location") if d[1] == ["/"]]
+    (proxy_pass,) = _find(location[2], "proxy_pass")
+    upstream = proxy_pass[1][0].removeprefix("http://")
+    if _upstream_servers(top, "http", upstream) != [f"web:{web_port}"]:
+        problems.append(f"https does not go to web:{web_port}")
+    headers = {d[1][0]: d[1][1] for d in _find(location[2], "proxy_set_header")}
+    if headers.get("X-Forwarded-Proto") != "https":
+        problems.append("X-Forwarded-Proto is not overwritten with https")
+    if headers.get("X-Forwarded-For") != "$remote_addr":
+        problems.append("X-Forwarded-For is not overwritten with the client's address")
+    (stream,) = _find(top, "stream")
+    (broker,) = _find(stream[2], "server")
+    if ["6380", "ssl"] not in [d[1] for d in _find(broker[2], "listen")]:
+        problems.append("the broker port is not TLS on 6380")
+    if _upstream_servers(top, "stream", _find(broker[2], "proxy_pass")[0][1][0]) != ["redis:6379"]:
+        problems.append("the TLS broker port does not go to redis:6379")
+    for srv in (server, broker):
+        for key in ("ssl_certificate", "ssl_certificate_key"):
+            (path,) = _find(srv[2], key)
+            if Path(path[1][0]).parent.as_posix() not in mounts:
+                problems.append(f"{key} {path[1][0]} is not in a mounted directory")
+    return problems
+
+
+def test_tls_proxy_points_at_the_web_service_and_redis(compose):
+    assert proxy_problems(compose, NGINX_CONF.read_text()) == []
+    assert compose["services"]["proxy"]["depends_on"]["web"]["condition"] == "service_healthy"
+
+
+@pytest.mark.parametrize(
+    "old, new, expected",
+    [
+        ("server web:8000;", "server web:8001;", "web:8000"),
+        ("server redis:6379;", "server redis:6380;", "redis:6379"),
+        ("X-Forwarded-Proto https;", "X-Forwarded-Proto $scheme;", "X-Forwarded-Proto"),
+        ("listen 6380 ssl;", "listen 6380;", "not TLS"),
+        ("/etc/nginx/tls/privkey.pem;", "/etc/ssl/privkey.pem;", "ssl_certificate_key"),
+    ],
+)
+def test_proxy_check_catches_a_broken_config(compose, old, new, expected):
+    text = NGINX_CONF.read_text()
+    assert old in text
+    problems = proxy_problems(compose, text.replace(old, new, 1))
+    assert any(expected in p for p in problems), problems
+
+
+def compose_console_env(data: dict, values: dict[str, str]) -> dict[str, str]:
+    return {k: interpolate(str(v), values) for k, v in data["x-console-env"].items()}
+
+
+def test_console_settings_under_compose_pass_check_deploy(compose, tmp_path):
+    """The web service's environment, as compose resolves it, is `check --deploy` clean."""
+    env = compose_console_env(
+        compose,
+        {
+            "SECRET_KEY": secrets.token_urlsafe(50),
+            "POSTGRES_PASSWORD": "pg",
+            "REDIS_PASSWORD": "rd",
+            "CONSOLE_HOST": "console.example.com",
+        },
+    )
+    assert env["ALLOWED_HOSTS"] == "console.example.com"
+    assert env["CSRF_TRUSTED_ORIGINS"] == "https://console.example.com"
+    env["NPU_CONSOLE_VAR_DIR"] = str(tmp_path)  # /var/lib/npu-console in the image
+    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "HOME", "LANG"}}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env={**keep, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "no issues" in result.stdout
+
+
+def test_compose_env_example_names_every_required_variable(compose):
+    lines = COMPOSE_FILE.read_text().splitlines()
+    text = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    required = {m.group(1) for m in _VAR.finditer(text) if (m.group(2) or "").endswith("?")}
+    listed = set(re.findall(r"(?m)^([A-Z_][A-Z0-9_]*)=", COMPOSE_ENV_EXAMPLE.read_text()))
+    assert required <= listed, required - listed
+    used = {m.group(1) for m in _VAR.finditer(text)}
+    assert listed <= used, f"listed but unused: {listed - used}"
+
+
+def test_docker_compose_config_accepts_the_file(tmp_path):
+    docker = shutil.which("docker")
+    if docker is None:
+        pytest.skip("docker is not installed")
+    probe = subprocess.run([docker, "compose", "version"], capture_output=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip("the docker compose plugin is not installed")
+    env = {
+        **os.environ,
+        "SECRET_KEY": "x" * 50,
+        "POSTGRES_PASSWORD": "pg",
+        "REDIS_PASSWORD": "rd",
+        "CONSOLE_HOST": "console.example.com",
+    }
+    result = subprocess.run(
+        [docker, "compose", "-f", str(COMPOSE_FILE), "--profile", "agent", "config", "-q"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# --- the host agent's systemd unit -----------------------------------------------------------
+
+
+def _unit_settings(text: str) -> dict[str, list[str]]:
+    settings: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith(("#", ";", "[")):
+            key, _, value = line.partition("=")
+            settings.setdefault(key, []).append(value)
+    return settings
+
+
+def test_systemd_unit_verifies(tmp_path):
+    """`systemd-analyze verify` finds nothing (unknown keys, bad values), with ExecStart
+    pointed at this checkout's interpreter instead of /opt/npu-console/venv."""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze is not installed")
+    text = UNIT.read_text()
+    (exec_start,) = _unit_settings(text)["ExecStart"]
+    interpreter = shlex.split(exec_start)[0]
+    unit = tmp_path / UNIT.name
+    unit.write_text(text.replace(f"ExecStart={interpreter}", f"ExecStart={sys.executable}"))
+    result = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stderr.strip() == "", result.stderr
+    unit.write_text(unit.read_text().replace("KillMode=process", "KillMode=process\nKilMode=x"))
+    broken = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True)
+    assert "KilMode" in broken.stderr, "verify must be able to fail"
+
+
+def _agent_variables(text: str) -> set[str]:
+    return set(re.findall(r"\b(NPU_AGENT_[A-Z_]+|NPU_SMI_[A-Z_]+)\b", text))
+
+
+def test_agent_deploy_files_name_only_settings_the_agent_reads(compose):
+    config_source = (ROOT / "workers" / "config.py").read_text()
+    read = {v for v in _agent_variables(config_source) if f'"{v}"' in config_source}
+    named = (
+        _agent_variables(UNIT.read_text())
+        | _agent_variables(AGENT_ENV_EXAMPLE.read_text())
+        | set(compose["services"]["agent"]["environment"])
+    )
+    named = {v for v in named if v.startswith(("NPU_AGENT_", "NPU_SMI_"))}
+    assert named and named <= read, named - read
+
+
+def test_agent_env_example_is_a_valid_agent_config():
+    from workers.config import AgentConfig
+
+    env = dict(
+        line.split("=", 1)
+        for line in AGENT_ENV_EXAMPLE.read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    settings = _unit_settings(UNIT.read_text())
+    env.update(v.split("=", 1) for v in settings["Environment"])
+    config = AgentConfig.from_env(env)
+    assert config.broker_url.startswith("rediss://:")  # TLS and the Redis password
+    assert "ssl_cert_reqs=required" in config.broker_url
+    state = Path(config.state_dir)
+    assert state == Path("/var/lib") / settings["StateDirectory"][0]
+    assert settings["WorkingDirectory"] == [str(state)]
