@@ -2,10 +2,42 @@
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+
+
+class AgentSkew(models.TextChoices):
+    """How a node's agent version stands against the console's (docs/operations.md, Upgrades).
+
+    Console X.Y supports agents X.Y (any patch) and X.(Y-1). An agent newer than the console,
+    of another major version, or older than one minor version is unsupported: upgrade the
+    console first, then the agents, one minor version at a time."""
+
+    CURRENT = "current", "same version"
+    BEHIND = "behind", "one minor version behind (supported)"
+    UNSUPPORTED = "unsupported", "unsupported version"
+    UNKNOWN = "unknown", "not reported"
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    match = re.match(r"^v?(\d+)\.(\d+)(?:[.+\-]|$)", version.strip())
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def agent_skew(agent_version: str, console_version: str) -> AgentSkew:
+    """Where `agent_version` stands in the skew policy of `console_version` (pure)."""
+    if not agent_version.strip():
+        return AgentSkew.UNKNOWN
+    agent, console = _major_minor(agent_version), _major_minor(console_version)
+    if agent is None or console is None or agent[0] != console[0]:
+        return AgentSkew.UNSUPPORTED
+    if agent[1] == console[1]:
+        return AgentSkew.CURRENT
+    return AgentSkew.BEHIND if agent[1] == console[1] - 1 else AgentSkew.UNSUPPORTED
 
 
 class NodeStatus(models.TextChoices):
@@ -88,6 +120,13 @@ class Node(models.Model):
     @property
     def schedulable(self) -> bool:
         return self.status == NodeStatus.ONLINE
+
+    @property
+    def agent_skew(self) -> AgentSkew:
+        """This node's agent version against the running console's (see AgentSkew)."""
+        from console import __version__
+
+        return agent_skew(self.agent_version, __version__)
 
 
 class Health(models.TextChoices):

@@ -48,6 +48,9 @@ class NodeOut(Schema):
     status_reason: str
     last_heartbeat: datetime | None
     agent_version: str
+    agent_skew: str = Field(
+        ..., description="current | behind (supported, upgrade) | unsupported | unknown"
+    )
     simulated: bool
     telemetry_ok: bool
     telemetry_reason: str
