@@ -1,0 +1,23 @@
+from django.contrib import admin
+
+from .models import Usage
+
+
+@admin.register(Usage)
+class UsageAdmin(admin.ModelAdmin):
+    list_display = (
+        "day",
+        "token_name",
+        "user",
+        "model",
+        "requests",
+        "errors",
+        "prompt_tokens",
+        "completion_tokens",
+    )
+    list_filter = ("day", "model")
+    search_fields = ("token_name", "model")
+    readonly_fields = [f.name for f in Usage._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False  # counted by the gateway only
