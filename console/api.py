@@ -7,8 +7,9 @@ write-scoped one. Routes that need more (admin) check it in their service.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import DatabaseError
 from django.http import Http404
 from ninja import NinjaAPI
@@ -115,6 +116,13 @@ def on_denied(request, exc):
 @api.exception_handler(Http404)
 def on_not_found(request, exc):
     return _error(request, 404, str(exc) or "not found")
+
+
+@api.exception_handler(RequestDataTooBig)
+def on_too_big(request, exc):
+    # Django's own answer is an HTML 400 page; API clients get JSON naming the limit.
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return _error(request, 413, f"request body too large (limit {limit} bytes)", "body")
 
 
 @api.exception_handler(NinjaHttpError)

@@ -6,10 +6,12 @@ validate is refused by the receiving side, never half-applied.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 CONSOLE_QUEUE = "console"
 AGENT_VERSION = "0.1.0"
@@ -92,6 +94,24 @@ class CheckResult(BaseModel):
 
 
 # --- engines (deployments) ----------------------------------------------------------------
+# What the agent itself refuses in a spec, whoever sent it (defence in depth behind the
+# console's checks in console/deployments/validation.py; see docs/security.md).
+SPEC_FLAGS = frozenset(
+    {"--model", "--served-model-name", "--host", "--port", "--tensor-parallel-size", "-tp"}
+    | {"--pipeline-parallel-size", "-pp"}
+)
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
+ENV_REFUSED = frozenset({"PATH", "HOME", "BASH_ENV", "ENV", "ASCEND_RT_VISIBLE_DEVICES"})
+ENV_REFUSED_PREFIXES = ("LD_", "PYTHON", "NPU_AGENT_")
+DTYPES = frozenset({"auto", "bfloat16", "float16", "float32", "half", "float"})
+
+
+def _no_nul(value: str, what: str) -> str:
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL byte")
+    return value
+
+
 class EngineSpec(BaseModel):
     """Everything the agent needs to run one replica; validated by the console before dispatch.
 
@@ -126,6 +146,70 @@ class EngineSpec(BaseModel):
     extra_env: dict[str, str] = Field(default_factory=dict)  # already checked by name
     restart_max: int = Field(5, ge=0)  # crashes within restart_window_s before crash-loop
     restart_window_s: float = Field(600, gt=0)
+
+    @field_validator("deployment")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", v):
+            raise ValueError("deployment: a slug")
+        return v
+
+    @field_validator("model_path")
+    @classmethod
+    def _model_path(cls, v: str) -> str:
+        _no_nul(v, "model_path")
+        if not v.startswith("/") or ".." in v.split("/"):
+            raise ValueError("model_path: an absolute directory without '..'")
+        return v
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _served_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9._:/-]{1,200}", v):
+            raise ValueError("served_model_name: letters, digits and . _ : / -")
+        return v
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        ipaddress.ip_address(v)  # an address to bind, never a name or an option
+        return v
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        if v not in DTYPES:
+            raise ValueError(f"dtype: one of {sorted(DTYPES)}")
+        return v
+
+    @field_validator("quantization")
+    @classmethod
+    def _quantization(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,31}", v):
+            raise ValueError("quantization: a method name")
+        return v
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra_args(cls, v: list[str]) -> list[str]:
+        for i, arg in enumerate(v):
+            _no_nul(arg, f"extra_args.{i}")
+            if i == 0 and not arg.startswith("-"):
+                raise ValueError("extra_args: must start with a flag")
+            if arg.split("=", 1)[0] in SPEC_FLAGS:
+                raise ValueError(f"extra_args.{i}: {arg.split('=', 1)[0]} comes from the spec")
+        return v
+
+    @field_validator("extra_env")
+    @classmethod
+    def _extra_env(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not ENV_NAME.match(name) or name in ENV_REFUSED:
+                raise ValueError(f"extra_env: {name!r} may not be set for an engine")
+            if name.startswith(ENV_REFUSED_PREFIXES):
+                raise ValueError(f"extra_env: {name!r} may not be set for an engine")
+            _no_nul(value, f"extra_env.{name}")
+        return v
 
 
 class EnginePhase:
