@@ -14,3 +14,15 @@ MAX_OFFSET = 1_000_000_000
 class LimitOffsetPagination(_NinjaLimitOffsetPagination):
     class Input(_NinjaLimitOffsetPagination.Input):
         offset: int = Field(0, ge=0, le=MAX_OFFSET)
+
+
+PAGE_SIZE = 50  # rows per page on the fleet pages: their cost does not grow with the fleet
+
+
+def page_of(request, items, per_page: int = PAGE_SIZE):
+    """The `?page=` page of `items` (a queryset or list) for a page view; a bad or too-large
+    page number gives the first or last page rather than an error. Two queries on a queryset
+    (COUNT and the page's rows), whatever its size."""
+    from django.core.paginator import Paginator
+
+    return Paginator(items, per_page).get_page(request.GET.get("page"))

@@ -18,17 +18,21 @@ from console.deployments.forms import parse_form
 from console.deployments.models import Deployment, Replica, ReplicaState
 from console.errors import DomainError
 from console.inventory.models import Node
+from console.pagination import page_of
 
 
 @role_required("viewer")
 def deployment_list(request):
-    deployments = list(
-        Deployment.objects.select_related("pinned_node").prefetch_related("replica_set")
+    page = page_of(
+        request,
+        Deployment.objects.select_related("pinned_node")
+        .prefetch_related("replica_set")
+        .order_by("name"),
     )
-    for d in deployments:
+    for d in page:
         d.ready_count = sum(1 for r in d.replica_set.all() if r.state == ReplicaState.READY)
     template = "deployments/list.html#rows" if request.htmx else "deployments/list.html"
-    return render(request, template, {"deployments": deployments})
+    return render(request, template, {"deployments": page, "page": page})
 
 
 def _form_context(request, dep: Deployment | None = None, **extra) -> dict:

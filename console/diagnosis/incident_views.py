@@ -17,6 +17,7 @@ from console.diagnosis import incidents
 from console.diagnosis.models import Incident, IncidentStatus
 from console.errors import DomainError
 from console.inventory.models import Accelerator, CheckRunStatus, Node
+from console.pagination import page_of
 
 
 def _run(request, fn, ok_message: str, **kwargs) -> None:
@@ -31,8 +32,10 @@ def _run(request, fn, ok_message: str, **kwargs) -> None:
 def incident_list(request):
     status = request.GET.get("status", "")
     category = request.GET.get("category", "")
+    page = page_of(request, incidents.incident_queue(status=status, category=category))
     context = {
-        "incidents": incidents.incident_queue(status=status, category=category)[:500],
+        "incidents": page,
+        "page": page,
         "status": status,
         "category": category,
         "statuses": IncidentStatus.choices,

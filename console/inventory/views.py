@@ -15,6 +15,7 @@ from console.errors import DomainError
 from console.inventory import checks, enrollment, live, services
 from console.inventory.api import NodeFilters, filter_nodes
 from console.inventory.models import Accelerator, EnrollmentToken, Health, Node, NodeStatus
+from console.pagination import page_of
 from console.telemetry import services as telemetry
 
 
@@ -47,12 +48,16 @@ def _hot(fn, arg, *, default):
 def dashboard(request):
     metric = request.GET.get("metric", "aicore")
     metric = metric if metric in live.METRICS else "aicore"
-    nodes = list(Node.objects.only("name", "status", "simulated").order_by("name"))
-    latest, hot_error = _hot(telemetry.latest_many, [n.name for n in nodes], default={})
+    # The heatmap shows one page of nodes (its cost does not grow with the fleet); the live
+    # totals still cover every node, from one MGET.
+    page = page_of(request, Node.objects.only("name", "status", "simulated").order_by("name"))
+    names = list(Node.objects.order_by("name").values_list("name", flat=True))
+    latest, hot_error = _hot(telemetry.latest_many, names, default={})
     context = {
         "counts": fleet_counts(),
         "totals": live.fleet_totals(latest),
-        "heatmap": live.heatmap(nodes, latest, metric),
+        "heatmap": live.heatmap(page, latest, metric),
+        "page": page,
         "metric": metric,
         "metrics": live.METRICS,
         "hot_error": hot_error,
@@ -74,7 +79,8 @@ def node_list(request):
         else NodeFilters()
     )
     nodes = filter_nodes(Node.objects.annotate(npu_count=Count("accelerators")), filters)
-    context = {"nodes": nodes.order_by("name"), "filters": filters, "statuses": NodeStatus.choices}
+    page = page_of(request, nodes.order_by("name"))
+    context = {"nodes": page, "page": page, "filters": filters, "statuses": NodeStatus.choices}
     template = "inventory/nodes.html#rows" if request.htmx else "inventory/nodes.html"
     return render(request, template, context)
 
