@@ -94,6 +94,7 @@
   document.addEventListener('input', function (e) { if (e.target.matches('[data-filter-table]')) applyFilter(e.target); });
   /* clicks: theme toggle, sortable headers */
   document.addEventListener('click', function (e) {
+    $$('details.menu[open]').forEach(function (m) { if (!m.contains(e.target)) m.open = false; });
     if (e.target.closest('[data-theme-toggle]')) return toggleTheme();
     var th = e.target.closest('table.table[data-sortable] th[aria-sort]');
     if (th) clickSort(th);
@@ -115,6 +116,7 @@
       return;
     }
     if (e.key === 'Escape' && t.matches && t.matches('[data-filter-table]')) { t.value = ''; applyFilter(t); t.blur(); return; }
+    if (e.key === 'Escape') $$('details.menu[open]').forEach(function (m) { m.open = false; });
     if (e.ctrlKey || e.metaKey || e.altKey || e.defaultPrevented || e.isComposing) return;
     if (t.isContentEditable || (t.closest && t.closest('input, textarea, select'))) return;
     if (pendingG && Date.now() - pendingG < 1500) {
