@@ -87,12 +87,8 @@ def restart(request, name: str):
 
 @router.post("/deployments/{name}/scale", response=DeploymentOut)
 def scale(request, name: str, payload: ScaleIn):
-    dep = services.get_deployment(name)
     return services.set_desired(
-        actor=actor_from_request(request),
-        name=name,
-        state=dep.desired_state,
-        replicas=payload.replicas,
+        actor=actor_from_request(request), name=name, state=None, replicas=payload.replicas
     )
 
 

@@ -252,15 +252,19 @@ def _node_or_none(name: str | None) -> Node | None:
     return node
 
 
-def set_desired(*, actor: Actor, name: str, state: str, replicas: int | None = None) -> Deployment:
-    """start / stop / scale: record what is wanted; the reconcile loop makes it so."""
+def set_desired(
+    *, actor: Actor, name: str, state: str | None, replicas: int | None = None
+) -> Deployment:
+    """start / stop / scale: record what is wanted; the reconcile loop makes it so.
+    state None keeps the desired state (a scale): read under the row lock, so a scale never
+    undoes a start or stop committed while it waited."""
     check_role(actor, Role.OPERATOR)
     with transaction.atomic():
         dep = Deployment.objects.select_for_update().filter(name=name).first()
         if dep is None:
             raise NotFound(f"no deployment named {name!r}", field="name")
         before = {"desired_state": dep.desired_state, "replicas": dep.replicas}
-        dep.desired_state = state
+        dep.desired_state = state or dep.desired_state
         if replicas is not None:
             if not 0 <= replicas <= 64:
                 raise Invalid("replicas must be 0..64", field="replicas")

@@ -122,7 +122,7 @@ def deployment_action(request, name: str, action: str):
             services.set_desired(
                 actor=actor,
                 name=name,
-                state=services.get_deployment(name).desired_state,
+                state=None,  # a scale keeps the desired state (read under the lock)
                 replicas=int(request.POST.get("replicas") or -1),
             )
         elif action == "delete":
