@@ -133,6 +133,26 @@
     } else if (e.key === '?') { e.preventDefault(); toggleShortcuts(); }
     else if (e.key === 'Escape') toggleShortcuts(false);
   });
+  /* (h) failed htmx requests (live refresh, actions): one banner saying what failed and that the
+     page keeps trying; it goes away on the next request that succeeds */
+  function connStatus(text) {
+    var el = document.getElementById('conn-status');
+    if (!el) return;
+    el.hidden = !text;
+    el.textContent = text || '';
+  }
+  document.addEventListener('htmx:sendError', function () {
+    connStatus('Cannot reach the console: the page shows the last data it received and keeps trying.');
+  });
+  document.addEventListener('htmx:responseError', function (e) {
+    var x = e.detail.xhr, why = x.status === 403 ? 'you are not allowed to do this' :
+      x.status === 401 || x.status === 302 ? 'your session ended: sign in again' :
+      x.status >= 500 ? 'the console had an error (HTTP ' + x.status + ')' : 'HTTP ' + x.status;
+    connStatus('Request failed: ' + why + '. The page shows the last data it received.');
+  });
+  document.addEventListener('htmx:afterRequest', function (e) {
+    if (e.detail.successful) connStatus('');
+  });
   /* (g) uPlot line charts: window.npuChart(el[, spec]); spec defaults to JSON in el.dataset.series:
      {"x":[unix s...], "series":[{"label":"AICore %","values":[...]}], "yLabel":"%"} */
   var charts = new Map(); // element -> {u, src, spec}
