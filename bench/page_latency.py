@@ -29,7 +29,8 @@ os.environ["DJANGO_SETTINGS_MODULE"] = "bench.scale_settings"
 
 from bench import seed as seeding  # noqa: E402
 
-SCRATCH = seeding.setup_django()
+# not in multiprocessing children (spawn re-imports this module as __mp_main__)
+SCRATCH = seeding.setup_django() if __name__ == "__main__" else None
 
 import httpx  # noqa: E402
 

@@ -111,3 +111,25 @@ def test_fleet_page_queries_do_not_grow_with_rows(viewer_client, hot, url, heade
     many = queries(viewer_client, url, headers)
     assert len(many) == len(few), "\n".join(many)
     assert len(few) <= 12, "\n".join(few)  # and few of them: a handful per page
+
+
+@pytest.mark.parametrize(
+    ("url", "row"),
+    [("/nodes/", 'href="/nodes/qc-'), ("/deployments/", 'href="/deployments/qc-dep-')],
+)
+def test_fleet_lists_show_fifty_rows_a_page_with_a_pager(viewer_client, hot, url, row):
+    add_fleet(60)
+    first = viewer_client.get(url).content.decode()
+    second = viewer_client.get(f"{url}?page=2").content.decode()
+    assert first.count(row) == 50 and second.count(row) == 10
+    assert "1–50 of 60" in first and 'rel="next"' in first
+    assert "51–60 of 60" in second and 'rel="prev"' in second
+
+
+def test_incident_queue_and_dashboard_heatmap_page_too(viewer_client, hot):
+    add_fleet(60)  # 120 incidents, 60 nodes on the heatmap
+    queue = viewer_client.get("/incidents/?page=3").content.decode()
+    assert queue.count('data-incident-url="') == 20 and "101–120 of 120" in queue
+    dash = viewer_client.get("/?metric=temp&page=2").content.decode()
+    assert dash.count('class="heatmap-label"') == 10
+    assert "metric=temp&amp;page=2" in dash  # the poll keeps the page and the metric
