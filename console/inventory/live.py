@@ -6,6 +6,7 @@ whose temperature is at or above HOT_C is flagged with the reason.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 HOT_C = 85.0
@@ -110,19 +111,35 @@ def heatmap(nodes: list, latest: dict[str, dict | None], metric: str) -> list[di
     return rows
 
 
-def fleet_totals(latest: dict[str, dict | None]) -> dict:
-    """Fleet-wide live totals from the hot store (chips reporting, HBM, mean AICore, alerts)."""
-    chips = [c for d in latest.values() if d for c in d.get("chips") or []]
-    used = sum(memory_pct(c)[0] or 0 for c in chips)
-    total = sum(memory_pct(c)[1] or 0 for c in chips)
-    aicore = [c["aicore_percent"] for c in chips if c.get("aicore_percent") is not None]
+def node_summary(chips: list[dict]) -> list:
+    """What the fleet totals need from one node's chips, small enough to keep per node in
+    the hot store: [chips, memory used MB, memory total MB, AICore sum, AICore count, chips
+    needing attention]."""
+    used = total = aicore_n = alerts = 0
+    aicore = 0.0
+    for c in chips:
+        u, t, _ = memory_pct(c)
+        used, total = used + (u or 0), total + (t or 0)
+        if c.get("aicore_percent") is not None:
+            aicore, aicore_n = aicore + c["aicore_percent"], aicore_n + 1
+        alerts += 1 if alerts_for(c) else 0
+    return [len(chips), used, total, aicore, aicore_n, alerts]
+
+
+def totals_of(summaries: Iterable[list]) -> dict:
+    """Fleet-wide live totals (chips reporting, HBM, mean AICore, alerts) from node summaries."""
+    chips = used = total = aicore_n = alerts = 0
+    aicore = 0.0
+    for n, u, t, a, an, al in summaries:
+        chips, used, total, alerts = chips + n, used + u, total + t, alerts + al
+        aicore, aicore_n = aicore + a, aicore_n + an
     return {
-        "chips": len(chips),
+        "chips": chips,
         "hbm_used_gb": round(used / 1024, 1),
         "hbm_total_gb": round(total / 1024, 1),
         "hbm_pct": round(100 * used / total, 1) if total else None,
-        "aicore_mean": round(sum(aicore) / len(aicore), 1) if aicore else None,
-        "alerts": sum(1 for c in chips if alerts_for(c)),
+        "aicore_mean": round(aicore / aicore_n, 1) if aicore_n else None,
+        "alerts": alerts,
     }
 
 

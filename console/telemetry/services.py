@@ -6,6 +6,8 @@ database is written by `flush_samples` (Celery beat, every few seconds) in bulk.
 Redis keys (prefix KEY_PREFIX):
 - `latest:<node>`  JSON of the last beat's chips/processes, expiring after LATEST_TTL_BEATS
   intervals — what pages, the API and /metrics read.
+- `fleet`          a hash, node -> [received ms, *live.node_summary(chips)]: the dashboard's
+  fleet totals without decoding every node's latest beat.
 - `samples`        a list, one compact JSON row per beat: [node_id, ms, [[chip fields]…]].
 - `lock:flush`     held by the one flusher at work.
 """
@@ -24,6 +26,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from console.hot import get_redis
+from console.inventory.live import node_summary
 from console.inventory.models import Node
 from console.telemetry.models import HEALTH_CODES, ChipSample
 from workers.contracts import Heartbeat
@@ -40,6 +43,15 @@ FLUSH_LOCK_TIMEOUT_S = 300
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SMALLINT_MAX = 32767
 LATEST_FIELDS = {"sent_at", "chips", "processes", "telemetry_ok", "telemetry_reason"}
+SUMMARY_FIELDS = {
+    "health",
+    "temperature_c",
+    "aicore_percent",
+    "hbm_used_mb",
+    "hbm_total_mb",
+    "memory_used_mb",
+    "memory_total_mb",
+}
 SAMPLE_FIELDS = (
     "npu_id",
     "chip_id",
@@ -58,6 +70,10 @@ _encode = json.JSONEncoder(separators=(",", ":")).encode
 
 def latest_key(node_name: str) -> str:
     return f"{KEY_PREFIX}latest:{node_name}"
+
+
+def fleet_key() -> str:
+    return f"{KEY_PREFIX}fleet"
 
 
 def samples_key() -> str:
@@ -87,18 +103,22 @@ def record_heartbeat(
     doc = f'{{"received_at":"{received_at.isoformat()}",{body[1:]}'
     ms = int(received_at.timestamp() * 1000)
     row = _encode([node_id, ms, [_sample_values(c) for c in hb.chips]])
+    chips = [c.model_dump(include=SUMMARY_FIELDS) for c in hb.chips]
+    summary = json.dumps([ms, *node_summary(chips)], separators=(",", ":"))
     ttl = int(settings.HEARTBEAT_INTERVAL_S * LATEST_TTL_BEATS)
     if pipe is not None:
         pipe.set(latest_key(node_name), doc, ex=ttl)
         if hb.chips:
             pipe.rpush(samples_key(), row)
             pipe.ltrim(samples_key(), -MAX_BUFFERED_BEATS, -1)
+        pipe.hset(fleet_key(), node_name, summary)
         return
     r = get_redis()
     pipe = r.pipeline(transaction=False)
     pipe.set(latest_key(node_name), doc, ex=ttl)
     if hb.chips:
         pipe.rpush(samples_key(), row)
+    pipe.hset(fleet_key(), node_name, summary)
     replies = pipe.execute()
     if hb.chips and replies[1] > MAX_BUFFERED_BEATS:  # the flush is not keeping up
         r.ltrim(samples_key(), -MAX_BUFFERED_BEATS, -1)
@@ -130,6 +150,28 @@ def latest(node_name: str, *, now: datetime | None = None) -> dict | None:
     telemetry_reason, plus age_s and stale (older than the offline threshold) as of `now`.
     """
     return _decorate(get_redis().get(latest_key(node_name)), now or timezone.now())
+
+
+def fleet_summaries(*, now: datetime | None = None) -> list[list]:
+    """Every node's live summary (live.node_summary) from one HGETALL, for the fleet totals.
+
+    A summary counts as long as the node's `latest` would (LATEST_TTL_BEATS intervals); older
+    ones — a node gone quiet or deleted — are skipped and removed.
+    """
+    r = get_redis()
+    oldest = (
+        (now or timezone.now()).timestamp() - settings.HEARTBEAT_INTERVAL_S * LATEST_TTL_BEATS
+    ) * 1000
+    out, stale = [], []
+    for name, raw in r.hgetall(fleet_key()).items():
+        ms, *summary = json.loads(raw)
+        if ms < oldest:
+            stale.append(name)
+        else:
+            out.append(summary)
+    if stale:
+        r.hdel(fleet_key(), *stale)
+    return out
 
 
 def latest_many(

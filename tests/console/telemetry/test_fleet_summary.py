@@ -1,0 +1,57 @@
+"""The dashboard's fleet totals come from one small summary per node in the hot store (written
+with each beat), so they cover the whole fleet while the heatmap shows one page of nodes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+
+from console.inventory import live
+from console.telemetry import services
+from tests.console.telemetry.builders import chip, heartbeat
+from tests.factories import make_node
+
+
+def beat(node, chips, age_s: float = 0.0):
+    at = timezone.now() - timedelta(seconds=age_s)
+    hb = heartbeat(node.name, chips, sent_at=at)
+    services.record_heartbeat(node_id=node.pk, node_name=node.name, received_at=at, hb=hb)
+
+
+def test_totals_from_summaries_equal_totals_from_the_latest_beats(hot, db):
+    a, b = make_node("a1"), make_node("b2")
+    beat(a, [chip(0, aicore_percent=10.0, hbm_used_mb=1024), chip(1, health="Warning")])
+    beat(b, [chip(0, aicore_percent=40.0, temperature_c=90.0, hbm_used_mb=None)])
+    latest = services.latest_many(["a1", "b2"])
+    chips = [c for d in latest.values() for c in d["chips"]]
+    used = sum(live.memory_pct(c)[0] or 0 for c in chips)
+    total = sum(live.memory_pct(c)[1] or 0 for c in chips)
+    aicore = [c["aicore_percent"] for c in chips if c.get("aicore_percent") is not None]
+    totals = live.totals_of(services.fleet_summaries())
+    assert totals == {
+        "chips": 3,
+        "hbm_used_gb": round(used / 1024, 1),
+        "hbm_total_gb": round(total / 1024, 1),
+        "hbm_pct": round(100 * used / total, 1),
+        "aicore_mean": round(sum(aicore) / len(aicore), 1),
+        "alerts": 2,  # the Warning chip and the 90 °C one
+    }
+
+
+def test_a_node_gone_quiet_leaves_the_totals_with_its_latest_values(hot, db, settings):
+    fresh, quiet = make_node("fresh"), make_node("quiet")
+    beat(fresh, [chip(0)])
+    ttl = settings.HEARTBEAT_INTERVAL_S * services.LATEST_TTL_BEATS
+    beat(quiet, [chip(0), chip(1)], age_s=ttl + 1)
+    assert live.totals_of(services.fleet_summaries())["chips"] == 1
+    assert hot.hkeys(services.fleet_key()) == [b"fresh"]  # the stale entry is removed
+
+
+def test_dashboard_totals_count_nodes_beyond_the_heatmap_page(hot, db, viewer_client):
+    nodes = [make_node(f"n{i:02d}") for i in range(60)]
+    for node in nodes:
+        beat(node, [chip(0, health="Alarm" if node.name == "n55" else "OK")])
+    body = viewer_client.get("/").content.decode()
+    assert body.count('class="heatmap-label"') == 50  # n55 is on page 2 ...
+    assert 'data-testid="live-alerts">1<' in body  # ... and still counted
