@@ -58,6 +58,7 @@ def database_url() -> str:
 
 def child_env(redis_url: str, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # set for Playwright's loop here; not for children
     env.update(REDIS_URL=redis_url, DATABASE_URL=database_url(), PYTHONUNBUFFERED="1", **extra)
     return env
 
@@ -197,6 +198,13 @@ def admin_client_(admin_user):
 
 
 # --- browser (Playwright driving Debian's chromium; never `playwright install`) ----------------
+def pytest_collection_modifyitems(config, items):
+    """Browser tests run last. Playwright's sync API keeps an event loop running in the main
+    thread for the rest of the session once the browser starts, and tests that run an event
+    loop of their own (asyncio.run, uvicorn in a thread) cannot start one after that."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
 # Session-wide and defined here once: a second sync_playwright() in the same process fails.
 from tests.browser.conftest import ARGS as CHROMIUM_ARGS  # noqa: E402
 from tests.browser.conftest import CHROMIUM  # noqa: E402

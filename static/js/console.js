@@ -136,10 +136,18 @@
   /* (h) failed htmx requests (live refresh, actions): one banner saying what failed and that the
      page keeps trying; it goes away on the next request that succeeds */
   function connStatus(text) {
-    var el = document.getElementById('conn-status');
-    if (!el) return;
-    el.hidden = !text;
-    el.textContent = text || '';
+    var el = document.getElementById('conn-status'), main = document.getElementById('main');
+    if (!el && !text) return;
+    if (!el) {
+      if (!main) return;
+      el = document.createElement('div');
+      el.id = 'conn-status';
+      el.className = 'alert alert--error conn-status';
+      el.setAttribute('role', 'alert');
+      el.dataset.testid = 'conn-status';
+      main.insertBefore(el, main.firstChild);
+    }
+    if (text) { el.textContent = text; } else { el.remove(); }
   }
   document.addEventListener('htmx:sendError', function () {
     connStatus('Cannot reach the console: the page shows the last data it received and keeps trying.');

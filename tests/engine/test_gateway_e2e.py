@@ -107,7 +107,7 @@ def test_client_disconnect_aborts_the_generation(setup, tiny_server):
         timeout=120,
     ) as stream:
         next(line for line in stream.iter_lines() if line.startswith("data: "))
-        assert running(tiny_server) == 1
+        wait_for(lambda: running(tiny_server) == 1, 10, message="the engine to count the request")
         hung_up = time.monotonic()
     wait_for(lambda: running(tiny_server) == 0, full_s, message="the engine to drop the request")
     stopped_after = time.monotonic() - hung_up
