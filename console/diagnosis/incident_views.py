@@ -32,7 +32,10 @@ def _run(request, fn, ok_message: str, **kwargs) -> None:
 def incident_list(request):
     status = request.GET.get("status", "")
     category = request.GET.get("category", "")
-    page = page_of(request, incidents.incident_queue(status=status, category=category))
+    queue = incidents.incident_queue(status=status, category=category)
+    # the queue shows these columns only: no joins, no JSON (diagnoses, evidence) to decode
+    fields = ("status", "severity", "category", "title", "subject", "count", "last_seen")
+    page = page_of(request, queue.select_related(None).only(*fields))
     context = {
         "incidents": page,
         "page": page,
