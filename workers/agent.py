@@ -18,6 +18,7 @@ import psutil
 
 from workers.accelerators import default_providers, probe_all
 from workers.accelerators.base import ProviderResult
+from workers.accelerators.process import kill_running_tools
 from workers.celery import make_app, send_to_console
 from workers.checks import run_checks
 from workers.config import AgentConfig
@@ -105,6 +106,7 @@ class Agent:
         self._seq += 1
         hb = build_heartbeat(self.config, found, self._seq)
         hb.engines = [r.model_dump(mode="json") for r in self.supervisor.reports()]
+        hb.log_error = self.supervisor.log_error()
         send_to_console(self.app, Tasks.HEARTBEAT, hb.model_dump(mode="json"))
         return hb
 
@@ -217,4 +219,5 @@ def run(config: AgentConfig) -> int:
     finally:
         agent.stop.set()
         agent.supervisor.shutdown()  # stops watching; engines keep running by design
+        kill_running_tools()  # a hung npu-smi must not outlive the agent
     return 0

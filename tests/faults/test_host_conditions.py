@@ -45,6 +45,7 @@ def beat_gaps(name: str, beats: int) -> list[float]:
 def test_hanging_npu_smi_times_out_and_the_node_shows_telemetry_degraded(
     console_worker, stand_in_agent, tmp_path, admin_user
 ):
+    began = time.time()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     npu_smi = bin_dir / "npu-smi"
@@ -68,12 +69,7 @@ def test_hanging_npu_smi_times_out_and_the_node_shows_telemetry_degraded(
     assert "fault-smi" not in mark_offline()
     node.refresh_from_db()
     assert node.status == "online" and agent.popen.poll() is None
-    stale = [  # every hung npu-smi was killed at its timeout
-        p
-        for p in psutil.process_iter(["cmdline", "create_time"])
-        if p.info["cmdline"] == ["sleep", HANG] and time.time() - p.info["create_time"] > 3
-    ]
-    assert not stale
+    assert not hung_npu_smi(began, older_than=3)  # each was killed at its timeout
     client = client_for(admin_user)
     page = client.get(f"/nodes/{node.name}/").content.decode()
     assert "Telemetry degraded: ascend: npu-smi timed out after 1s" in page
@@ -81,6 +77,20 @@ def test_hanging_npu_smi_times_out_and_the_node_shows_telemetry_degraded(
     assert 'data-testid="telemetry-degraded"' in listing and "npu-smi timed out" in listing
     body = client.get(f"/api/v1/nodes/{node.name}").json()
     assert body["telemetry_ok"] is False and "timed out after 1s" in body["telemetry_reason"]
+    agent.stop()  # mid-probe, most likely: the npu-smi in flight goes with it
+    assert not hung_npu_smi(began, older_than=0)
+
+
+def hung_npu_smi(since: float, older_than: float) -> list[psutil.Process]:
+    """Stand-in npu-smi processes started after `since` and running for over `older_than` s."""
+    return [
+        p
+        for p in psutil.process_iter(["cmdline", "create_time", "status"])
+        if p.info["cmdline"] == ["sleep", HANG]
+        and p.info["status"] != psutil.STATUS_ZOMBIE
+        and p.info["create_time"] >= since - 1
+        and time.time() - p.info["create_time"] > older_than
+    ]
 
 
 def private_tmpfs(path: Path, size: str) -> list[str]:

@@ -10,8 +10,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+_running: set[subprocess.Popen[bytes]] = set()  # tools in flight, for kill_running_tools()
+_running_lock = threading.Lock()
 
 
 @dataclass(slots=True)
@@ -66,12 +70,30 @@ def run_tool(argv: Sequence[str], timeout: float, label: str | None = None) -> T
         return ToolRun(command, None, error=f"{tool} not found {where}")
     except OSError as exc:
         return ToolRun(command, None, error=f"{tool} could not be started: {exc}")
+    with _running_lock:
+        _running.add(proc)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         return ToolRun(command, None, error=f"{tool} timed out after {timeout:g}s")
+    finally:
+        with _running_lock:
+            _running.discard(proc)
     return ToolRun(command, proc.returncode, _decode(out), _decode(err))
+
+
+def kill_running_tools() -> int:
+    """SIGKILL the process group of every tool still running (the agent is exiting: a hung
+    npu-smi in its own session would otherwise outlive it). Returns how many."""
+    with _running_lock:
+        procs = list(_running)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return len(procs)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
