@@ -65,7 +65,7 @@ def test_hanging_npu_smi_times_out_and_the_node_shows_telemetry_degraded(
     assert node.telemetry_reason == "ascend: npu-smi timed out after 1s"
     gaps = beat_gaps("fault-smi", 4)  # the agent keeps beating, each beat waits out npu-smi
     print("\nbeat gaps with a hanging npu-smi:", [round(g, 2) for g in gaps])
-    assert max(gaps) < 3.0
+    assert max(gaps) < 5.0  # the node goes offline only after 3 x 5 s without a beat
     assert "fault-smi" not in mark_offline()
     node.refresh_from_db()
     assert node.status == "online" and agent.popen.poll() is None
