@@ -21,6 +21,7 @@ from console.diagnosis.models import Incident
 from console.inventory.enrollment import create_enrollment_token
 from console.inventory.models import Node
 from tests.conftest import Proc, child_env
+from tests.engine_support.vllm_server import DTYPE
 from tests.helpers import client_for, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.worker]
@@ -109,6 +110,7 @@ def test_deploy_serve_crash_restart_readopt_and_stop(
                 "model_path": str(tiny_model),
                 "served_model_name": "tiny",
                 "device": "cpu",
+                "dtype": DTYPE,
                 "max_model_len": 256,
                 "enforce_eager": True,
                 "pinned_node": NODE,
@@ -225,6 +227,7 @@ def test_port_already_taken_fails_the_replica_with_the_reason(
                 "model_path": str(tiny_model),
                 "served_model_name": "tiny",
                 "device": "cpu",
+                "dtype": DTYPE,
                 "max_model_len": 256,
                 "pinned_node": "cpu-port",
                 "desired_state": "running",
