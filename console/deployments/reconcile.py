@@ -127,7 +127,9 @@ def _converge_running(dep: Deployment, replica: Replica, latest: dict) -> int:
 def _schedule(dep: Deployment, replica: Replica, latest: dict) -> int:
     with transaction.atomic():
         replica = (
-            Replica.objects.select_for_update(of=("self",)).select_related("deployment").get(pk=replica.pk)
+            Replica.objects.select_for_update(of=("self",))
+            .select_related("deployment")
+            .get(pk=replica.pk)
         )
         if replica.state not in STOPPED_LIKE:
             return 0
