@@ -123,6 +123,7 @@ def test_cancel_stops_a_running_run_within_seconds(operator, fake_engine):
     make_deployment(port=fake_engine.port)
     client = client_for(operator)
     run_id = post(client, "tiny", {**GOOD, "duration_s": 60}).json()["id"]
+
     def execute() -> None:
         try:
             services.execute_run(run_id)
