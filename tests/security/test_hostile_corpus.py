@@ -368,7 +368,10 @@ def test_the_agent_start_task_validates_before_spawning():
     from workers.contracts import Tasks
 
     started = []
-    fake = SimpleNamespace(app=Celery("hostile-test"), supervisor=SimpleNamespace())
+    # set_as_current=False: a current app here would capture every shared_task sent afterwards
+    fake = SimpleNamespace(
+        app=Celery("hostile-test", set_as_current=False), supervisor=SimpleNamespace()
+    )
     fake.supervisor.start = started.append
     register_tasks(fake)
     task = fake.app.tasks[Tasks.HOST_START_REPLICA]
