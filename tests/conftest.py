@@ -198,6 +198,7 @@ def admin_client_(admin_user):
 
 
 # --- browser (Playwright driving Debian's chromium; never `playwright install`) ----------------
+@pytest.hookimpl(trylast=True)  # after pytest-django's own ordering by database use
 def pytest_collection_modifyitems(config, items):
     """Browser tests run last. Playwright's sync API keeps an event loop running in the main
     thread for the rest of the session once the browser starts, and tests that run an event

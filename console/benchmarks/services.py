@@ -124,9 +124,17 @@ def start_run(*, actor: Actor, deployment: str, params: dict) -> BenchmarkRun:
 
 
 def _dispatch(run_id: int) -> None:
-    from console.benchmarks.tasks import execute
+    # Sent through the console's own app, not a shared_task proxy: the proxy follows Celery's
+    # "current app", which is whichever app was created last in the process (an in-process
+    # agent's, in tests) and would send the run to that app's broker.
+    from console.celery import app
 
-    execute.apply_async(args=[run_id], queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+    app.send_task(
+        "benchmarks.execute",
+        args=[run_id],
+        queue=settings.CELERY_TASK_DEFAULT_QUEUE,
+        ignore_result=True,
+    )
 
 
 def transition(run_id: int, to: str, *, reason: str = "", **fields) -> bool:

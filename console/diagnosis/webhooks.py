@@ -85,6 +85,10 @@ def dispatch(incident_id: int, event: str) -> None:
     """Queue delivery after the surrounding transaction commits; nothing when no URL is set."""
     if not webhook_url():
         return
-    from console.diagnosis.tasks import send_webhook
+    from console.celery import app  # the console's app, not whichever is "current"
 
-    transaction.on_commit(lambda: send_webhook.delay(incident_id, event))
+    transaction.on_commit(
+        lambda: app.send_task(
+            "diagnosis.send_webhook", args=[incident_id, event], queue="console", ignore_result=True
+        )
+    )
