@@ -203,7 +203,12 @@ def pytest_collection_modifyitems(config, items):
     """Browser tests run last. Playwright's sync API keeps an event loop running in the main
     thread for the rest of the session once the browser starts, and tests that run an event
     loop of their own (asyncio.run, uvicorn in a thread) cannot start one after that."""
-    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("browser") is not None
+            or bool({"browser", "page"} & set(getattr(item, "fixturenames", ())))
+        )
+    )
 
 
 # Session-wide and defined here once: a second sync_playwright() in the same process fails.

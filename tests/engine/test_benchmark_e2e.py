@@ -15,7 +15,11 @@ from console.deployments.models import Deployment, Replica
 from tests.factories import make_node
 from tests.helpers import client_for, make_user, wait_for
 
-pytestmark = [pytest.mark.engine, pytest.mark.worker]
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.worker,
+    pytest.mark.browser,
+]  # ordered last: it drives chromium
 
 
 def test_benchmark_a_real_replica_stores_and_charts_results(

@@ -18,7 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_check(tmp_path: Path, **extra: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECURE_COOKIES"}}
+    # DJANGO_ALLOW_ASYNC_UNSAFE is the test session's own (Playwright), never a deployment's
+    drop = {"DEBUG", "SECURE_COOKIES", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(
         DEBUG="0",
         SECRET_KEY=secrets.token_urlsafe(50),
