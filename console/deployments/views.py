@@ -7,6 +7,7 @@ import time
 import urllib.request
 
 from django.contrib import messages
+from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -20,13 +21,29 @@ from console.errors import DomainError
 from console.inventory.models import Node
 from console.pagination import page_of
 
+LIST_FIELDS = (
+    "name",
+    "served_model_name",
+    "model_path",
+    "desired_state",
+    "replicas",
+    "npus_per_replica",
+    "device",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+)
+
 
 @role_required("viewer")
 def deployment_list(request):
+    # only the columns the list shows: a replica's log tail and metrics, a deployment's
+    # estimate and model info are JSON that the list would decode for nothing
     page = page_of(
         request,
-        Deployment.objects.select_related("pinned_node")
-        .prefetch_related("replica_set")
+        Deployment.objects.only(*LIST_FIELDS)
+        .prefetch_related(
+            Prefetch("replica_set", queryset=Replica.objects.only("deployment", "index", "state"))
+        )
         .order_by("name"),
     )
     for d in page:

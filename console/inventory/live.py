@@ -6,10 +6,9 @@ whose temperature is at or above HOT_C is flagged with the reason.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
+from html import escape as _escape
 
-from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 HOT_C = 85.0
@@ -98,16 +97,14 @@ def cell_for(chip: dict, metric: str) -> Cell:
 
 
 def cell_html(cell: Cell) -> str:
-    """A heatmap cell's markup. Built here rather than in a template loop: a page of 50 nodes
-    is 400 cells, and the template engine spent most of the dashboard's time on them."""
+    """A heatmap cell's markup. Built here rather than in a template loop or format_html: a page
+    of 50 nodes is 400 cells, and those spent most of the dashboard's time on them. The title and
+    value (they hold agent-reported names) are escaped; state and level are ours."""
     state = f" heatmap-cell--{cell.state}" if cell.state else ""
-    level = f' data-level="{cell.level}"' if cell.level is not None else ""
-    return format_html(
-        '<span class="heatmap-cell{}"{} title="{}">{}</span>',
-        state,
-        mark_safe(level),  # noqa: S308 - an int we formatted
-        cell.title,
-        cell.value,
+    level = f' data-level="{cell.level:d}"' if cell.level is not None else ""
+    return (
+        f'<span class="heatmap-cell{state}"{level} title="{_escape(cell.title)}">'
+        f"{_escape(cell.value)}</span>"
     )
 
 
@@ -146,13 +143,10 @@ def node_summary(chips: list[dict]) -> list:
     return [len(chips), used, total, aicore, aicore_n, alerts]
 
 
-def totals_of(summaries: Iterable[list]) -> dict:
-    """Fleet-wide live totals (chips reporting, HBM, mean AICore, alerts) from node summaries."""
-    chips = used = total = aicore_n = alerts = 0
-    aicore = 0.0
-    for n, u, t, a, an, al in summaries:
-        chips, used, total, alerts = chips + n, used + u, total + t, alerts + al
-        aicore, aicore_n = aicore + a, aicore_n + an
+def totals_of(sums: list) -> dict:
+    """Fleet-wide live totals (chips reporting, HBM, mean AICore, alerts) from the sum of the
+    node summaries (telemetry.services.fleet_totals)."""
+    chips, used, total, aicore, aicore_n, alerts = sums
     return {
         "chips": chips,
         "hbm_used_gb": round(used / 1024, 1),

@@ -108,7 +108,8 @@ class Node(models.Model):
 
     class Meta:
         ordering = ["name"]
-        indexes = [models.Index(fields=["status"])]
+        # (status, simulated): the dashboard counts the fleet by both from this index alone
+        indexes = [models.Index(fields=["status", "simulated"])]
 
     def __str__(self) -> str:
         return self.name
@@ -166,6 +167,8 @@ class Accelerator(models.Model):
 
     class Meta:
         ordering = ["node__name", "npu_id", "chip_id"]
+        # the dashboard counts the fleet's NPUs by health and isolation from this index alone
+        indexes = [models.Index(fields=["health", "isolated"])]
         constraints = [
             models.UniqueConstraint(
                 fields=["node", "npu_id", "chip_id"], name="uniq_chip_per_node"

@@ -9,11 +9,30 @@ from tests.factories import make_node
 def test_dashboard_shows_real_counts(viewer_client):
     make_node("n1", npus=8)
     make_node("n2", status="offline", npus=2)
+    make_node("n3", status="draining", simulated=True, npus=1)
     Accelerator.objects.filter(node__name="n1", npu_id=3).update(health="Alarm")
+    Accelerator.objects.filter(node__name="n1", npu_id=4).update(health="Warning")
+    Accelerator.objects.filter(node__name="n1", npu_id=5).update(
+        isolated=True, isolation_reason="ECC"
+    )
+    Accelerator.objects.filter(node__name="n2").update(health="UNKNOWN")
     resp = viewer_client.get("/")
     counts = resp.context["counts"]
-    assert counts["nodes"]["total"] == 2 and counts["nodes"]["offline"] == 1
-    assert counts["npus"]["total"] == 10 and counts["npus"]["unhealthy"] == 1
+    assert counts["nodes"] == {
+        "total": 3,
+        "online": 1,
+        "offline": 1,
+        "draining": 1,
+        "maintenance": 0,
+        "simulated": 1,
+    }
+    assert counts["npus"] == {
+        "total": 11,
+        "healthy": 7,  # n1's 6 OK chips (one isolated) and n3's
+        "unhealthy": 2,
+        "unknown": 2,
+        "isolated": 1,
+    }
 
 
 def test_dashboard_htmx_request_gets_only_the_counts_partial(viewer_client):

@@ -28,7 +28,7 @@ def test_totals_from_summaries_equal_totals_from_the_latest_beats(hot, db):
     used = sum(live.memory_pct(c)[0] or 0 for c in chips)
     total = sum(live.memory_pct(c)[1] or 0 for c in chips)
     aicore = [c["aicore_percent"] for c in chips if c.get("aicore_percent") is not None]
-    totals = live.totals_of(services.fleet_summaries())
+    totals = live.totals_of(services.fleet_totals())
     assert totals == {
         "chips": 3,
         "hbm_used_gb": round(used / 1024, 1),
@@ -44,7 +44,7 @@ def test_a_node_gone_quiet_leaves_the_totals_with_its_latest_values(hot, db, set
     beat(fresh, [chip(0)])
     ttl = settings.HEARTBEAT_INTERVAL_S * services.LATEST_TTL_BEATS
     beat(quiet, [chip(0), chip(1)], age_s=ttl + 1)
-    assert live.totals_of(services.fleet_summaries())["chips"] == 1
+    assert live.totals_of(services.fleet_totals())["chips"] == 1
     assert hot.hkeys(services.fleet_key()) == [b"fresh"]  # the stale entry is removed
 
 
@@ -55,3 +55,15 @@ def test_dashboard_totals_count_nodes_beyond_the_heatmap_page(hot, db, viewer_cl
     body = viewer_client.get("/").content.decode()
     assert body.count('class="heatmap-label"') == 50  # n55 is on page 2 ...
     assert 'data-testid="live-alerts">1<' in body  # ... and still counted
+
+
+def test_fractional_aicore_survives_the_sum_and_unreadable_summaries_are_dropped(hot, db):
+    a, b = make_node("a1"), make_node("b2")
+    beat(a, [chip(0, aicore_percent=10.25)])
+    beat(b, [chip(0, aicore_percent=40.5)])
+    hot.hset(services.fleet_key(), "garbled", b"not json")
+    hot.hset(services.fleet_key(), "short", b"[1,2]")
+    totals = live.totals_of(services.fleet_totals())
+    assert totals["chips"] == 2
+    assert totals["aicore_mean"] == round((10.25 + 40.5) / 2, 1)  # 25.375 -> 25.4, not 25
+    assert sorted(hot.hkeys(services.fleet_key())) == [b"a1", b"b2"]
