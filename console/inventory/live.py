@@ -21,15 +21,6 @@ METRICS = {
 
 
 @dataclass
-class Cell:
-    label: str
-    value: str
-    level: int | None  # 0..4 on the sequential scale, None = no data
-    state: str = ""  # "", "warn", "crit", "unknown"
-    title: str = ""
-
-
-@dataclass
 class NpuRow:
     npu_id: int
     chip_id: int
@@ -72,57 +63,54 @@ def _level(value: float | None, lo: float, hi: float) -> int | None:
     return max(0, min(4, int((value - lo) / (hi - lo) * 5)))
 
 
-def cell_for(chip: dict, metric: str) -> Cell:
-    alerts = alerts_for(chip)
+_CELL_STATE = {"Alarm": "crit", "Critical": "crit", "Warning": "warn", "UNKNOWN": "unknown"}
+
+
+def cell_html(chip: dict, metric: str) -> str:
+    """One chip's heatmap cell: its value for `metric`, a 0..4 level on the sequential scale (none
+    without data), a state class (crit: Alarm/Critical health or >= HOT_C; warn: Warning;
+    unknown) and a title saying why it needs attention.
+
+    Markup built here in one pass rather than in a template loop or through format_html: a page
+    of 50 nodes is 400 cells, and those were most of the dashboard's time. The title and value
+    (they hold agent-reported words) are escaped; state and level are ours.
+    """
     health = chip.get("health") or "UNKNOWN"
-    state = (
-        "crit"
-        if health in {"Alarm", "Critical"} or any("temperature" in a for a in alerts)
-        else ("warn" if health == "Warning" else ("unknown" if health == "UNKNOWN" else ""))
-    )
-    label = f"{chip['npu_id']}.{chip.get('chip_id', 0)}"
+    temp = chip.get("temperature_c")
+    hot = temp is not None and temp >= HOT_C
+    state = "crit" if hot else _CELL_STATE.get(health, "")
     if metric == "aicore":
         v = chip.get("aicore_percent")
-        level, text = _level(v, 0, 100), "–" if v is None else f"{v:.0f}"
+        level = _level(v, 0, 100)
     elif metric == "hbm":
         v = memory_pct(chip)[2]
-        level, text = _level(v, 0, 100), "–" if v is None else f"{v:.0f}"
+        level = _level(v, 0, 100)
     elif metric == "temp":
-        v = chip.get("temperature_c")
-        level, text = _level(v, 30, HOT_C), "–" if v is None else f"{v:.0f}"
+        v, level = temp, _level(temp, 30, HOT_C)
     else:
-        level, text = (0 if health == "OK" else None), health[:2]
-    title = f"NPU {label} {chip.get('name') or ''}: " + (", ".join(alerts) or "OK")
-    return Cell(label=label, value=text, level=level, state=state, title=title)
-
-
-def cell_html(cell: Cell) -> str:
-    """A heatmap cell's markup. Built here rather than in a template loop or format_html: a page
-    of 50 nodes is 400 cells, and those spent most of the dashboard's time on them. The title and
-    value (they hold agent-reported names) are escaped; state and level are ours."""
-    state = f" heatmap-cell--{cell.state}" if cell.state else ""
-    level = f' data-level="{cell.level:d}"' if cell.level is not None else ""
-    return (
-        f'<span class="heatmap-cell{state}"{level} title="{_escape(cell.title)}">'
-        f"{_escape(cell.value)}</span>"
-    )
+        v, level = None, (0 if health == "OK" else None)
+    text = health[:2] if metric == "health" else ("–" if v is None else f"{v:.0f}")
+    alerts = ", ".join(alerts_for(chip)) if hot or health != "OK" else "OK"
+    title = f"NPU {chip['npu_id']}.{chip.get('chip_id', 0)} {chip.get('name') or ''}: {alerts}"
+    cls = f"heatmap-cell heatmap-cell--{state}" if state else "heatmap-cell"
+    lvl = "" if level is None else f' data-level="{level:d}"'
+    return f'<span class="{cls}"{lvl} title="{_escape(title)}">{_escape(text)}</span>'
 
 
 def heatmap(nodes: list, latest: dict[str, dict | None], metric: str) -> list[dict]:
-    """One row per node: its name, simulated flag, staleness and a cell per chip (`cells`,
-    and `cells_html`, their markup)."""
+    """One row per node: the node, `chips` (how many reported), `cells_html` (their cells'
+    markup), `no_data` (no live values) and the telemetry degradation reason if any."""
     rows = []
     for node in nodes:
-        data = latest.get(node.name)
-        chips = (data or {}).get("chips") or []
-        cells = [cell_for(c, metric) for c in chips]
+        data = latest.get(node.name) or {}
+        chips = data.get("chips") or []
         rows.append(
             {
                 "node": node,
-                "cells": cells,
-                "cells_html": mark_safe("".join(cell_html(c) for c in cells)),  # noqa: S308
-                "no_data": data is None,
-                "telemetry_reason": (data or {}).get("telemetry_reason"),
+                "chips": len(chips),
+                "cells_html": mark_safe("".join([cell_html(c, metric) for c in chips])),  # noqa: S308
+                "no_data": not data,
+                "telemetry_reason": data.get("telemetry_reason"),
             }
         )
     return rows
