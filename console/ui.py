@@ -81,15 +81,19 @@ def replica_badge(value: str) -> SafeString:
 
 
 @register.filter
-def agent_skew_badge(node) -> SafeString:
-    """A badge when the node's agent is behind or outside the version-skew policy, else ''."""
-    skew = _SKEW.get(str(node.agent_skew))
+def agent_skew_badge(agent_version: str | None) -> SafeString:
+    """A badge when an agent of this version is behind or outside this console's version-skew
+    policy (inventory.models.agent_skew), else ''."""
+    from console import __version__
+    from console.inventory.models import agent_skew
+
+    skew = _SKEW.get(str(agent_skew(agent_version or "", __version__)))
     if skew is None:
         return mark_safe("")
     kind, text, title = skew
     return mark_safe(  # noqa: S308 - the version is escaped
         f' <span class="badge badge--{kind}" data-testid="agent-skew" '
-        f'title="{escape(title.format(v=node.agent_version))}">{text}</span>'
+        f'title="{escape(title.format(v=agent_version))}">{text}</span>'
     )
 
 

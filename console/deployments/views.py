@@ -7,7 +7,6 @@ import time
 import urllib.request
 
 from django.contrib import messages
-from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -36,18 +35,19 @@ LIST_FIELDS = (
 
 @role_required("viewer")
 def deployment_list(request):
-    # only the columns the list shows: a replica's log tail and metrics, a deployment's
-    # estimate and model info are JSON that the list would decode for nothing
-    page = page_of(
-        request,
-        Deployment.objects.only(*LIST_FIELDS)
-        .prefetch_related(
-            Prefetch("replica_set", queryset=Replica.objects.only("deployment", "index", "state"))
-        )
-        .order_by("name"),
-    )
+    """One page of deployments as plain rows: the shown columns (a deployment's estimate and
+    model info, a replica's log tail and metrics are JSON the list would decode for nothing)
+    and each one's replica states in index order, in two queries. Dicts, not model instances:
+    the template engine reads a dict key at once, a model attribute only after a failed
+    subscript."""
+    page = page_of(request, Deployment.objects.values("id", *LIST_FIELDS).order_by("name"))
+    states: dict[int, list[str]] = {d["id"]: [] for d in page}
+    replicas = Replica.objects.filter(deployment_id__in=states).order_by("deployment_id", "index")
+    for deployment_id, state in replicas.values_list("deployment_id", "state"):
+        states[deployment_id].append(state)
     for d in page:
-        d.ready_count = sum(1 for r in d.replica_set.all() if r.state == ReplicaState.READY)
+        d["replica_states"] = states[d["id"]]
+        d["ready_count"] = states[d["id"]].count(ReplicaState.READY)
     template = "deployments/list.html#rows" if request.htmx else "deployments/list.html"
     return render(request, template, {"deployments": page, "page": page})
 

@@ -98,11 +98,12 @@ def cell_html(chip: dict, metric: str) -> str:
 
 
 def heatmap(nodes: list, latest: dict[str, dict | None], metric: str) -> list[dict]:
-    """One row per node: the node, `chips` (how many reported), `cells_html` (their cells'
-    markup), `no_data` (no live values) and the telemetry degradation reason if any."""
+    """One row per node (dicts with name, status, simulated): the node, `chips` (how many
+    reported), `cells_html` (their cells' markup), `no_data` (no live values) and the telemetry
+    degradation reason if any."""
     rows = []
     for node in nodes:
-        data = latest.get(node.name) or {}
+        data = latest.get(node["name"]) or {}
         chips = data.get("chips") or []
         rows.append(
             {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from console.deployments.models import Deployment
 from tests.factories import make_node
 
@@ -117,3 +119,23 @@ def test_replica_log_is_read_from_its_host(viewer_client, operator, fake_inspect
     ).content.decode()
     assert sent == [("host.log_tail", [replica.pk, -32768, 32768], "host.kp-01")]
     assert "ERROR boom" in body and "lvl-error" in body and "<html" not in body
+
+
+def test_the_list_shows_each_deployments_replica_states_in_order_and_the_ready_count(
+    viewer_client,
+):
+    from console.deployments.models import Deployment, Replica
+
+    two = Deployment.objects.create(name="two", model_path="/m", served_model_name="m2", replicas=2)
+    Replica.objects.create(deployment=two, index=1, state="failed")
+    Replica.objects.create(deployment=two, index=0, state="ready")
+    Deployment.objects.create(name="none-yet", model_path="/m", served_model_name="m0")
+    rows = viewer_client.get("/deployments/", HTTP_HX_REQUEST="true").content.decode()
+    two_row, none_row = (
+        rows.split('href="/deployments/two/"')[1],
+        rows.split('href="/deployments/none-yet/"')[1],
+    )
+    assert ">1 / 2<" in two_row.split("</tr>")[0]
+    badges = re.findall(r'badge--(\w+)">(ready|failed)<', two_row.split("</tr>")[0])
+    assert badges == [("ok", "ready"), ("crit", "failed")]  # index order, not insertion
+    assert '<span class="muted">none</span>' in none_row.split("</tr>")[0]

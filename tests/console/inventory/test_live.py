@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from console.inventory.live import cell_html, heatmap
 
 
@@ -27,7 +25,7 @@ def test_levels_follow_each_metric_and_missing_values_have_none():
 
 
 def test_heatmap_rows_tell_no_data_from_no_chips():
-    nodes = [SimpleNamespace(name=n) for n in ("live", "quiet", "empty")]
+    nodes = [{"name": n, "status": "online"} for n in ("live", "quiet", "empty")]
     latest = {
         "live": {"chips": [{"npu_id": 0, "health": "Alarm"}]},
         "quiet": None,
