@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 _running: set[subprocess.Popen[bytes]] = set()  # tools in flight, for kill_running_tools()
-_running_lock = threading.Lock()
+_running_lock = threading.Lock()  # held while a tool starts: no start slips past the kill
+_closing = False  # set by kill_running_tools(): the agent is exiting, start nothing more
 
 
 @dataclass(slots=True)
@@ -57,20 +58,24 @@ def run_tool(argv: Sequence[str], timeout: float, label: str | None = None) -> T
     """
     tool = os.path.basename(argv[0])
     command = label or " ".join([tool, *argv[1:]])
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except FileNotFoundError:
-        where = "on PATH" if argv[0] == tool else f"at {argv[0]}"
-        return ToolRun(command, None, error=f"{tool} not found {where}")
-    except OSError as exc:
-        return ToolRun(command, None, error=f"{tool} could not be started: {exc}")
+    # Started and registered under the lock kill_running_tools() takes: a tool is either
+    # started before the agent's exit and killed with the others, or never started.
     with _running_lock:
+        if _closing:
+            return ToolRun(command, None, error=f"{tool} not run: the agent is exiting")
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            where = "on PATH" if argv[0] == tool else f"at {argv[0]}"
+            return ToolRun(command, None, error=f"{tool} not found {where}")
+        except OSError as exc:
+            return ToolRun(command, None, error=f"{tool} could not be started: {exc}")
         _running.add(proc)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -84,9 +89,12 @@ def run_tool(argv: Sequence[str], timeout: float, label: str | None = None) -> T
 
 
 def kill_running_tools() -> int:
-    """SIGKILL the process group of every tool still running (the agent is exiting: a hung
-    npu-smi in its own session would otherwise outlive it). Returns how many."""
+    """The agent is exiting: SIGKILL the process group of every tool still running (a hung
+    npu-smi in its own session would otherwise outlive it) and start no tool from now on (a
+    probe thread that has not seen the stop yet would leave one behind). Returns how many."""
+    global _closing
     with _running_lock:
+        _closing = True
         procs = list(_running)
     for proc in procs:
         try:
