@@ -97,26 +97,23 @@ def main() -> int:
     cookie = signed_in_cookie()
     port = free_port()
     server = start_server(port)
-    times: dict[str, list[float]] = {name: [] for name, _, _ in [*PAGES, TRIVIAL]}
     sizes: dict[str, int] = {}
     try:
         with httpx.Client(
             base_url=f"http://127.0.0.1:{port}", cookies={"sessionid": cookie}, timeout=30
         ) as http:
-            for rnd in range(ROUNDS + 3):  # the first 3 rounds warm up
+
+            def fetch(name: str, url: str, headers: dict) -> None:
+                resp = http.get(url, headers=headers)
+                if resp.status_code != 200 or "/login/" in str(resp.url):
+                    raise SystemExit(f"{url}: {resp.status_code} {resp.url}")
+                sizes[name] = len(resp.content)
+
+            def refresh(rnd: int) -> None:
                 if rnd % 5 == 0:  # keep every node's latest values fresh (they expire)
                     seeding._hot(scale)
-                order = [*PAGES, TRIVIAL]
-                random.shuffle(order)
-                for name, url, headers in order:
-                    t0 = time.perf_counter()
-                    resp = http.get(url, headers=headers)
-                    elapsed = time.perf_counter() - t0
-                    if resp.status_code != 200 or "/login/" in str(resp.url):
-                        raise SystemExit(f"{url}: {resp.status_code} {resp.url}")
-                    sizes[name] = len(resp.content)
-                    if rnd >= 3:
-                        times[name].append(elapsed * 1000)
+
+            times = interleaved(fetch, before_round=refresh)
         record = in_process(cookie)
     finally:
         server.terminate()
@@ -144,6 +141,22 @@ def main() -> int:
     return 0 if worst <= MAX_RATIO else 1
 
 
+def interleaved(fetch, before_round=lambda rnd: None) -> dict[str, list[float]]:
+    """ms per page: every page and the trivial view once a round, in a shuffled order, for
+    ROUNDS rounds after 3 warm-up rounds. `fetch(name, url, headers)` requests and checks one."""
+    times: dict[str, list[float]] = {name: [] for name, _, _ in [*PAGES, TRIVIAL]}
+    for rnd in range(ROUNDS + 3):
+        before_round(rnd)
+        order = [*PAGES, TRIVIAL]
+        random.shuffle(order)
+        for name, url, headers in order:
+            t0 = time.perf_counter()
+            fetch(name, url, headers)
+            if rnd >= 3:
+                times[name].append((time.perf_counter() - t0) * 1000)
+    return times
+
+
 def in_process(cookie: str) -> list[str]:
     """For the record, not the target: the same pages through Django's test client in this
     process — the view's own work, without the server's fixed per-request cost (ASGI, thread
@@ -153,19 +166,13 @@ def in_process(cookie: str) -> list[str]:
 
     client = Client(HTTP_HOST="127.0.0.1")
     client.cookies["sessionid"] = cookie
-    times: dict[str, list[float]] = {name: [] for name, _, _ in [*PAGES, TRIVIAL]}
-    for rnd in range(ROUNDS + 3):
-        order = [*PAGES, TRIVIAL]
-        random.shuffle(order)
-        for name, url, headers in order:
-            extra = {"HTTP_HX_REQUEST": "true"} if headers else {}
-            t0 = time.perf_counter()
-            resp = client.get(url, **extra)
-            elapsed = time.perf_counter() - t0
-            if resp.status_code != 200:
-                raise SystemExit(f"in-process {url}: {resp.status_code}")
-            if rnd >= 3:
-                times[name].append(elapsed * 1000)
+
+    def fetch(name: str, url: str, headers: dict) -> None:
+        resp = client.get(url, **({"HTTP_HX_REQUEST": "true"} if headers else {}))
+        if resp.status_code != 200:
+            raise SystemExit(f"in-process {url}: {resp.status_code}")
+
+    times = interleaved(fetch)
     base = p95(times[TRIVIAL[0]])
     lines = ["in-process (Django test client, no server; for the record, not the target):"]
     for name, _, _ in [TRIVIAL, *PAGES]:
