@@ -3,6 +3,8 @@ with each beat), so they cover the whole fleet while the heatmap shows one page 
 
 from __future__ import annotations
 
+import math
+import random
 from datetime import timedelta
 
 from django.utils import timezone
@@ -67,3 +69,58 @@ def test_fractional_aicore_survives_the_sum_and_unreadable_summaries_are_dropped
     assert totals["chips"] == 2
     assert totals["aicore_mean"] == round((10.25 + 40.5) / 2, 1)  # 25.375 -> 25.4, not 25
     assert sorted(hot.hkeys(services.fleet_key())) == [b"a1", b"b2"]
+
+
+def rebuilt_totals() -> list:
+    """The totals computed afresh from every summary (what the running sums must equal)."""
+    services.get_redis().delete(services.fleet_totals_key())
+    return services.fleet_totals()
+
+
+def test_running_totals_follow_every_beat_and_equal_a_rebuild(hot, db):
+    rng = random.Random(7)
+    nodes = [make_node(f"r{i}") for i in range(6)]
+    services.fleet_totals()  # the running sums exist from here on: beats add their deltas
+    for _ in range(60):
+        node = rng.choice(nodes)
+        chips = [
+            chip(
+                i,
+                aicore_percent=rng.choice([None, rng.uniform(0, 100)]),
+                hbm_used_mb=rng.randrange(0, 65_536),
+                health=rng.choice(["OK", "OK", "Warning", "Alarm"]),
+                temperature_c=rng.uniform(30, 95),
+            )
+            for i in range(rng.randrange(0, 5))
+        ]
+        beat(node, chips)
+        running = services.fleet_totals()
+        assert running[:3] + running[4:] == rebuilt_totals()[:3] + rebuilt_totals()[4:]
+        assert math.isclose(running[3], rebuilt_totals()[3], abs_tol=1e-6)
+    latest = services.latest_many([n.name for n in nodes])
+    chips = [c for d in latest.values() if d for c in d["chips"]]
+    assert services.fleet_totals()[0] == len(chips)
+
+
+def test_a_node_going_quiet_is_taken_out_of_the_running_totals(hot, db, settings):
+    a, b = make_node("a1"), make_node("b2")
+    beat(a, [chip(0, aicore_percent=20.0)])
+    beat(b, [chip(0, aicore_percent=60.0), chip(1, aicore_percent=60.0, health="Alarm")])
+    assert live.totals_of(services.fleet_totals())["alerts"] == 1  # built here
+    ttl = settings.HEARTBEAT_INTERVAL_S * services.LATEST_TTL_BEATS
+    later = timezone.now() + timedelta(seconds=ttl - 1)
+    beat(a, [chip(0, aicore_percent=30.0)], age_s=-(ttl - 1))  # a beats on, b goes quiet
+    totals = live.totals_of(services.fleet_totals(now=later + timedelta(seconds=2)))
+    assert (totals["chips"], totals["alerts"], totals["aicore_mean"]) == (1, 0, 30.0)
+    assert hot.hkeys(services.fleet_key()) == [b"a1"]
+    assert hot.zrange(services.fleet_seen_key(), 0, -1) == [b"a1"]
+    assert services.get_redis().ttl(services.fleet_totals_key()) > 0  # rebuilt now and then
+
+
+def test_beats_while_the_totals_are_missing_are_counted_by_the_rebuild(hot, db):
+    a = make_node("a1")
+    services.fleet_totals()
+    hot.delete(services.fleet_totals_key())  # expired, or evicted by Redis
+    beat(a, [chip(0), chip(1)])
+    assert not hot.exists(services.fleet_totals_key())  # the beat did not start partial sums
+    assert services.fleet_totals()[0] == 2
