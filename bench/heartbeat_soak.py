@@ -6,7 +6,9 @@ console worker (prefork, 2 processes — `make run`'s) and beat (flush, offline 
 rollups, reconcile) consume them against a scratch database (SQLite, or BENCH_DATABASE_URL)
 and Redis (embedded, or BENCH_REDIS_URL). Every 5 s the console queue's length (LLEN) is
 sampled. Prints beats/s sent vs needed, the queue's slope after warm-up (registration of
-1,000 nodes), the worker's CPU use, and exit status 1 if the queue grows.
+1,000 nodes), the worker's CPU use, and exit status 1 if the queue grows. Each sample also
+reads the dashboard's fleet totals, as an open dashboard polls them: the running sums then
+exist and every beat pays for keeping them (telemetry.services.fleet_totals).
 
     .venv/bin/python bench/heartbeat_soak.py                 # 300 s
     BENCH_SECONDS=60 .venv/bin/python bench/heartbeat_soak.py
@@ -41,6 +43,7 @@ def main() -> int:
     from console.hot import get_redis
     from console.inventory.enrollment import issue_enrollment_token
     from console.inventory.models import Node
+    from console.telemetry.services import fleet_totals
 
     call_command("migrate", verbosity=0)
     _, token = issue_enrollment_token(actor=Actor.system("bench"), name="bench")
@@ -59,8 +62,12 @@ def main() -> int:
         while (now := time.monotonic() - t0) < SECONDS:
             time.sleep(INTERVAL - (now % INTERVAL))
             n = fleet.queue_len(r)
+            chips = fleet_totals()[0]  # as a dashboard's poll: the beats keep the sums
             samples.append((time.monotonic() - t0, n, senders.sent.value))
-            print(f"  t={samples[-1][0]:5.0f} s  console queue {n:6d}  sent {senders.sent.value}")
+            print(
+                f"  t={samples[-1][0]:5.0f} s  console queue {n:6d}  sent {senders.sent.value}"
+                f"  live chips {chips}"
+            )
         cpu = fleet.tree_cpu_s(worker.pid) - cpu0
         elapsed = time.monotonic() - t0
     finally:
