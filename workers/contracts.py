@@ -7,6 +7,7 @@ validate is refused by the receiving side, never half-applied.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from datetime import datetime
 from typing import Any
@@ -50,6 +51,19 @@ class ChipTelemetry(BaseModel):
     bus_id: str | None = None
     phy_id: int | None = None
     logic_id: int | None = None
+
+    # Values no NPU reports — NaN, infinities, negative or beyond 2^31 MB of memory — become
+    # None rather than refusing the beat: one bad reading must neither blank the node nor
+    # poison the console's fleet sums (kept as running float sums) or its pages.
+    @field_validator("power_w", "temperature_c", "aicore_percent")
+    @classmethod
+    def _finite(cls, v: float | None) -> float | None:
+        return v if v is None or math.isfinite(v) else None
+
+    @field_validator("memory_used_mb", "memory_total_mb", "hbm_used_mb", "hbm_total_mb")
+    @classmethod
+    def _megabytes(cls, v: int | None) -> int | None:
+        return v if v is None or 0 <= v < 2**31 else None
 
 
 class ProcessInfo(BaseModel):

@@ -152,7 +152,10 @@ def stale_after_s() -> float:
 def _decorate(raw: bytes | None, now: datetime) -> dict | None:
     if raw is None:
         return None
-    doc = orjson.loads(raw)  # a dashboard page decodes 50 of these: 0.75 ms with json
+    try:
+        doc = orjson.loads(raw)  # a dashboard page decodes 50 of these: 0.75 ms with json
+    except orjson.JSONDecodeError:  # what json reads and orjson refuses (an int over 1e308)
+        doc = json.loads(raw)
     received = datetime.fromisoformat(doc["received_at"])
     if received.tzinfo is None:  # a caller passed a naive time: the console runs in UTC
         received = received.replace(tzinfo=UTC)

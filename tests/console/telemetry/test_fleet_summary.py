@@ -124,3 +124,23 @@ def test_beats_while_the_totals_are_missing_are_counted_by_the_rebuild(hot, db):
     beat(a, [chip(0), chip(1)])
     assert not hot.exists(services.fleet_totals_key())  # the beat did not start partial sums
     assert services.fleet_totals()[0] == 2
+
+
+def test_readings_no_npu_reports_neither_poison_the_sums_nor_break_the_pages(
+    hot, db, viewer_client
+):
+    a, b = make_node("a1"), make_node("b2")
+    services.fleet_totals()
+    beat(a, [chip(0, aicore_percent=20.0, hbm_used_mb=1024, hbm_total_mb=2048)])
+    odd = chip(0, aicore_percent=float("nan"), hbm_used_mb=10**30, temperature_c=float("inf"))
+    beat(b, [odd])
+    beat(b, [chip(0, aicore_percent=40.0, hbm_used_mb=1024, hbm_total_mb=2048)])
+    totals = live.totals_of(services.fleet_totals())
+    assert (totals["aicore_mean"], totals["hbm_pct"], totals["chips"]) == (30.0, 50.0, 2)
+    assert viewer_client.get("/").status_code == 200
+
+
+def test_a_latest_beat_orjson_refuses_is_still_read(hot, db):
+    at = timezone.now().isoformat()
+    hot.set(services.latest_key("big"), f'{{"received_at":"{at}","chips":[],"seq":{10**400}}}')
+    assert services.latest("big")["seq"] == 10**400
