@@ -7,6 +7,7 @@ These filters do the same work in one Python call each:
 - `status_badge`, `replica_badge`, `agent_skew_badge`: colour always comes with the word;
 - `time_tag`: `<time datetime="ISO">YYYY-MM-DD HH:MM:SS</time>` in the current time zone;
 - `label_badges`: a node's labels as `key=value` badges;
+- `gb_size`: a memory figure in GB, in TB from 1,024 GB (a fleet's NPU memory is hundreds of TB);
 - `url_for`: `{{ obj.name|url_for:"node-detail" }}` is `{% url "node-detail" obj.name %}`, with
   the URL pattern reversed once (per URLconf and script prefix) and the argument quoted as
   `reverse` quotes it.
@@ -117,6 +118,14 @@ def label_badges(labels: dict | None) -> SafeString:
             for k, v in (labels or {}).items()
         )
     )
+
+
+@register.filter
+def gb_size(gb: float | None) -> str:
+    """`812.5 GB`, or `500.0 TB` from 1,024 GB on; `–` for no figure."""
+    if gb is None:
+        return "–"
+    return f"{gb / 1024:,.1f} TB" if gb >= 1024 else f"{gb:,.1f} GB"
 
 
 _MARK = "9876543210"  # matches the int, slug and str converters' patterns

@@ -7,6 +7,7 @@ from django.template import engines
 from console import __version__
 from console.ui import (
     agent_skew_badge,
+    gb_size,
     label_badges,
     replica_badge,
     status_badge,
@@ -77,3 +78,10 @@ def test_url_for_matches_reverse_and_refuses_what_reverse_refuses():
         url_for("a.b/c", "node-detail")  # not a slug
     with pytest.raises(NoReverseMatch):
         url_for("x", "incident-detail")  # not an int
+
+
+def test_memory_figures_read_in_gb_then_tb():
+    assert gb_size(812.54) == "812.5 GB"
+    assert gb_size(1023.9) == "1,023.9 GB"
+    assert gb_size(512_000.0) == "500.0 TB"
+    assert gb_size(None) == "–"
