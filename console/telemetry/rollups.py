@@ -177,26 +177,43 @@ def _steps(start: datetime, stop: datetime, step: timedelta):
 
 
 # --- retention ------------------------------------------------------------------------------
-def purge_telemetry(*, now: datetime) -> dict[str, int]:
-    """Delete raw samples older than TELEMETRY_RAW_RETENTION_H hours and rollups older than
-    TELEMETRY_ROLLUP_RETENTION_D days; returns rows deleted per kind.
+def raw_retention() -> timedelta:
+    return timedelta(hours=settings.TELEMETRY_RAW_RETENTION_H)
 
-    Raw samples not yet rolled up into minutes are kept past their retention (once any
-    1-minute rollup exists), so a stalled rollup loses no history. Deletes go in time slices,
-    oldest first, each its own short transaction. Idempotent.
+
+def minute_retention() -> timedelta:
+    """How long 1-minute rollups are kept: TELEMETRY_MINUTE_RETENTION_D days, never longer
+    than the hourly ones."""
+    days = min(settings.TELEMETRY_MINUTE_RETENTION_D, settings.TELEMETRY_ROLLUP_RETENTION_D)
+    return timedelta(days=days)
+
+
+def purge_telemetry(*, now: datetime) -> dict[str, int]:
+    """Delete raw samples older than TELEMETRY_RAW_RETENTION_H hours, 1-minute rollups older
+    than `minute_retention()` and 1-hour rollups older than TELEMETRY_ROLLUP_RETENTION_D days;
+    returns rows deleted per kind.
+
+    What the next resolution up is computed from is kept past its retention until it has been
+    rolled up (once any row of that resolution exists): raw samples until their minute is,
+    minutes until their hour is, so a stalled rollup loses no history. Deletes go in time
+    slices, oldest first, each its own short transaction. Idempotent.
     """
-    raw_cutoff = now - timedelta(hours=settings.TELEMETRY_RAW_RETENTION_H)
     minutes = ChipRollup.objects.filter(resolution=Resolution.MINUTE)
-    newest_minute = minutes.aggregate(m=Max("bucket"))["m"]
-    if newest_minute is not None:
-        raw_cutoff = min(raw_cutoff, newest_minute + MINUTE)
-    rollup_cutoff = now - timedelta(days=settings.TELEMETRY_ROLLUP_RETENTION_D)
     hours = ChipRollup.objects.filter(resolution=Resolution.HOUR)
+    raw_cutoff = _not_after_rolled(now - raw_retention(), minutes, MINUTE)
+    minute_cutoff = _not_after_rolled(now - minute_retention(), hours, HOUR)
+    rollup_cutoff = now - timedelta(days=settings.TELEMETRY_ROLLUP_RETENTION_D)
     return {
         "raw": _delete_before(ChipSample.objects.all(), "time", raw_cutoff, RAW_DELETE_STEP),
-        "1m": _delete_before(minutes, "bucket", rollup_cutoff, ROLLUP_DELETE_STEP),
+        "1m": _delete_before(minutes, "bucket", minute_cutoff, ROLLUP_DELETE_STEP),
         "1h": _delete_before(hours, "bucket", rollup_cutoff, ROLLUP_DELETE_STEP),
     }
+
+
+def _not_after_rolled(cutoff: datetime, rolled: QuerySet, step: timedelta) -> datetime:
+    """`cutoff`, or the end of the newest bucket in `rolled` when that is earlier."""
+    newest = rolled.aggregate(m=Max("bucket"))["m"]
+    return cutoff if newest is None else min(cutoff, newest + step)
 
 
 def _delete_before(qs: QuerySet, field: str, cutoff: datetime, step: timedelta) -> int:

@@ -12,6 +12,7 @@ from console.errors import Invalid
 from console.inventory.models import Accelerator
 from console.inventory.services import get_node
 from console.telemetry.models import HEALTH_LABELS, ChipRollup, ChipSample, Resolution
+from console.telemetry.rollups import minute_retention, raw_retention
 
 RESOLUTIONS = ("raw", "1m", "1h", "auto")
 ROLLUP_SECONDS = {"1m": int(Resolution.MINUTE), "1h": int(Resolution.HOUR)}
@@ -58,12 +59,16 @@ ROLLUP_FIELDS = (
 )
 
 
-def pick_resolution(start: datetime, end: datetime) -> str:
-    """`auto`: raw up to 2 hours, 1-minute buckets up to 3 days, else 1-hour buckets."""
-    span = end - start
-    if span <= AUTO_RAW_UP_TO:
+def pick_resolution(start: datetime, end: datetime, *, now: datetime | None = None) -> str:
+    """`auto`: raw up to 2 hours, 1-minute buckets up to 3 days, else 1-hour buckets — each
+    only while `start` is within that resolution's retention (as of `now`), so a window from
+    last week gets the hourly buckets that still hold it, not purged minutes."""
+    span, now = end - start, now or timezone.now()
+    if span <= AUTO_RAW_UP_TO and start >= now - raw_retention():
         return "raw"
-    return "1m" if span <= AUTO_MINUTES_UP_TO else "1h"
+    if span <= AUTO_MINUTES_UP_TO and start >= now - minute_retention():
+        return "1m"
+    return "1h"
 
 
 def chip_rows(
@@ -132,7 +137,7 @@ def query_series(
     start = _aware(start) or end - DEFAULT_RANGE
     if start > end:
         raise Invalid("start must not be after end", field="start")
-    chosen = pick_resolution(start, end) if resolution == "auto" else resolution
+    chosen = pick_resolution(start, end, now=now) if resolution == "auto" else resolution
     series, truncated = [], False
     for npu, chip in _chips(node_obj.pk, npu_id, chip_id):
         rows, cut = chip_rows(node_obj.pk, npu, chip, start, end, chosen)
@@ -172,7 +177,8 @@ def chart_series(
     """
     end = now or timezone.now()
     start = end - timedelta(minutes=minutes)
-    rows, _ = chip_rows(node_id, npu_id, chip_id, start, end, pick_resolution(start, end))
+    chosen = pick_resolution(start, end, now=end)
+    rows, _ = chip_rows(node_id, npu_id, chip_id, start, end, chosen)
     hbm = [round(100 * r[3] / r[5], 1) if r[3] is not None and r[5] else None for r in rows]
     return {
         "x": [int(r[0].timestamp()) for r in rows],

@@ -12,7 +12,8 @@ from console.telemetry.models import ChipRollup, ChipSample, Resolution
 from tests.console.telemetry.builders import chip, heartbeat, sample
 from tests.factories import make_node
 
-END = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+# recent: `auto` picks a resolution only while the window is within its retention
+END = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
 
 
 def test_latest_answers_the_last_beat_with_a_stale_flag(viewer_client, hot):
@@ -95,6 +96,24 @@ def test_auto_resolution_follows_the_range(viewer_client, history, span, expecte
     assert chip0["time"][0] >= (END - span).timestamp()
     if expected != "raw":
         assert set(chip0["aicore_percent"]) == {1.0 if expected == "1m" else 2.0}
+
+
+@pytest.mark.parametrize(
+    "ago, span, expected",
+    [
+        (timedelta(hours=23), timedelta(hours=1), "raw"),
+        (timedelta(hours=30), timedelta(hours=1), "1m"),  # raw is kept 24 h
+        (timedelta(days=6), timedelta(days=1), "1m"),
+        (timedelta(days=10), timedelta(hours=1), "1h"),  # minutes are kept 7 days
+    ],
+)
+def test_auto_resolution_picks_one_still_kept_for_the_window(
+    viewer_client, history, settings, ago, span, expected
+):
+    settings.TELEMETRY_RAW_RETENTION_H, settings.TELEMETRY_MINUTE_RETENTION_D = 24, 7
+    end = timezone.now() - ago + span
+    body = get(viewer_client, start=(end - span).isoformat(), end=end.isoformat()).json()
+    assert body["resolution"] == expected
 
 
 def test_raw_series_carry_the_stored_values(viewer_client, history):

@@ -121,6 +121,7 @@ def test_floor_to_aligns_on_utc_buckets():
 def test_purge_keeps_what_is_inside_the_windows(db, settings):
     settings.TELEMETRY_RAW_RETENTION_H = 24
     settings.TELEMETRY_ROLLUP_RETENTION_D = 30
+    settings.TELEMETRY_MINUTE_RETENTION_D = 30
     node = make_node("kp-01")
     now = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
     raw_cut, rollup_cut = now - timedelta(hours=24), now - timedelta(days=30)
@@ -147,3 +148,30 @@ def test_purge_keeps_raw_samples_not_yet_rolled_up(db, settings):
     sample(node, rolled_until + S)  # past retention, but its minute has no rollup yet
     assert purge_telemetry(now=now)["raw"] == 1
     assert list(ChipSample.objects.values_list("time", flat=True)) == [rolled_until + S]
+
+
+def test_minutes_are_kept_for_their_own_shorter_window_but_never_before_their_hour(db, settings):
+    settings.TELEMETRY_ROLLUP_RETENTION_D, settings.TELEMETRY_MINUTE_RETENTION_D = 30, 7
+    node = make_node("kp-01")
+    now = datetime(2026, 1, 20, 12, 0, tzinfo=UTC)
+    minute_cut = now - timedelta(days=7)
+    for at in (minute_cut - timedelta(days=1), minute_cut - M, minute_cut, now - M):
+        rollup(node, Resolution.MINUTE, at)
+    rollup(node, Resolution.HOUR, now - timedelta(days=20))
+    rollup(node, Resolution.HOUR, minute_cut - timedelta(hours=2))  # hours rolled until here
+    # the day-old minute is in a rolled hour; minute_cut - 1 min is not rolled yet: kept
+    assert purge_telemetry(now=now) == {"raw": 0, "1m": 1, "1h": 0}
+    rollup(node, Resolution.HOUR, now - timedelta(hours=2))
+    assert purge_telemetry(now=now) == {"raw": 0, "1m": 1, "1h": 0}
+    minutes = ChipRollup.objects.filter(resolution=Resolution.MINUTE)
+    assert sorted(minutes.values_list("bucket", flat=True)) == [minute_cut, now - M]
+    assert ChipRollup.objects.filter(resolution=Resolution.HOUR).count() == 3
+
+
+def test_minutes_are_never_kept_longer_than_hours(db, settings):
+    settings.TELEMETRY_ROLLUP_RETENTION_D, settings.TELEMETRY_MINUTE_RETENTION_D = 5, 7
+    node = make_node("kp-01")
+    now = datetime(2026, 1, 20, 12, 0, tzinfo=UTC)
+    rollup(node, Resolution.MINUTE, now - timedelta(days=6))
+    rollup(node, Resolution.HOUR, now - timedelta(hours=2))
+    assert purge_telemetry(now=now)["1m"] == 1
