@@ -19,10 +19,13 @@ class LimitOffsetPagination(_NinjaLimitOffsetPagination):
 PAGE_SIZE = 50  # rows per page on the fleet pages: their cost does not grow with the fleet
 
 
-def page_of(request, items, per_page: int = PAGE_SIZE):
+def page_of(request, items, per_page: int = PAGE_SIZE, *, count: int | None = None):
     """The `?page=` page of `items` (a queryset or list) for a page view; a bad or too-large
     page number gives the first or last page rather than an error. Two queries on a queryset
-    (COUNT and the page's rows), whatever its size."""
+    (COUNT and the page's rows), whatever its size; one when the caller knows the `count`."""
     from django.core.paginator import Paginator
 
-    return Paginator(items, per_page).get_page(request.GET.get("page"))
+    paginator = Paginator(items, per_page)
+    if count is not None:
+        paginator.count = count  # a cached_property: set, it is not queried
+    return paginator.get_page(request.GET.get("page"))

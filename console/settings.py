@@ -136,6 +136,8 @@ TEMPLATES = [
     },
 ]
 
+# ModelBackend with a user's permissions in one query (console/accounts/backends.py)
+AUTHENTICATION_BACKENDS = ["console.accounts.backends.ConsoleBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

