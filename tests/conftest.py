@@ -124,8 +124,18 @@ def start_console_worker(redis_url: str, log: Path, **env: str) -> Proc:
         except Exception:  # noqa: BLE001 - not ready yet
             return None
 
-    wait_for(answers, 60, message="the console worker to answer")
+    _wait_or_stop(proc, answers, "the console worker to answer")
     return proc
+
+
+def _wait_or_stop(proc: Proc, ready, message: str) -> None:
+    """Wait for a started process to be ready; stop it when it is not (no process outlives a
+    failed fixture)."""
+    try:
+        wait_for(ready, 60, message=message)
+    except BaseException:
+        proc.stop()
+        raise
 
 
 @pytest.fixture
@@ -160,7 +170,7 @@ def console_web(redis_url, transactional_db, tmp_path):
         except OSError:
             return False
 
-    wait_for(up, 60, message="the console web server to answer")
+    _wait_or_stop(proc, up, "the console web server to answer")
     proc.url = url
     yield proc
     proc.stop()

@@ -45,7 +45,11 @@ class PrivateRedis:
         argv += ["--dir", str(self.dir), "--save", "", "--appendonly", "yes"]
         argv += ["--appendfsync", "always", "--logfile", str(self.dir / "redis.log")]
         self.proc = subprocess.Popen(argv, start_new_session=True)
-        wait_for(self.ping, 20, message="redis-server to answer")
+        try:
+            wait_for(self.ping, 20, message="redis-server to answer")
+        except BaseException:  # never leave a redis-server behind the test
+            self.stop()
+            raise
 
     def ping(self) -> bool:
         import redis
