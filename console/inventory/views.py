@@ -57,8 +57,8 @@ def _hot(fn, arg, *, default):
 def dashboard(request):
     metric = request.GET.get("metric", "aicore")
     metric = metric if metric in live.METRICS else "aicore"
-    # The heatmap shows one page of nodes; the live totals cover the fleet from each node's
-    # small summary, summed inside Redis, not from decoding every node's latest beat.
+    # The heatmap shows one page of nodes; the live totals cover the fleet from the running
+    # sums the beats keep in Redis (telemetry.fleet_totals), not from every node's latest beat.
     counts = fleet_counts()
     rows = Node.objects.values("name", "status", "simulated").order_by("name")
     page = page_of(request, rows, count=counts["nodes"]["total"])
