@@ -1,5 +1,6 @@
 """Shared parts of the soak benches: real console worker / beat processes, a process that
-beats for N simulated nodes through Celery the way agents do, and the console queue length.
+beats for N simulated nodes through the signed channel the way agents do, and the inbound
+queue's length.
 
 Import after bench.seed.setup_django() (the children inherit DATABASE_URL and REDIS_URL).
 """
@@ -72,52 +73,89 @@ def wait_worker_ready(timeout: float = 90) -> None:
 
 
 def queue_len(r) -> int:
-    """Messages waiting on the console queue (kombu keeps one Redis list per priority)."""
-    return sum(r.llen(k) for k in r.scan_iter(match=f"{CONSOLE_QUEUE}*") if r.type(k) == b"list")
+    """Messages waiting on the inbound channel (the inbox and the batch being handled)."""
+    from console.inventory.inbox import PROCESSING_KEY
+    from workers.channel import INBOX_KEY
+
+    return r.llen(INBOX_KEY) + r.llen(PROCESSING_KEY)
 
 
-def _beat_loop(url: str, token: str, nodes: int, npus: int, interval: float, sent, stop_at):
-    """Every node beats once per `interval`, spread evenly over it (node i at offset i/n)."""
-    from celery import Celery
+def enroll_fleet(nodes: int, prefix: str = "bench") -> list[tuple[str, int, str]]:
+    """Register `nodes` nodes with a credential each, in bulk (set-up only: an agent enrolls
+    through console/inventory/identity.py). Returns (name, credential id, key hex) per node."""
+    from console.inventory.identity import bump_version, node_key
+    from console.inventory.models import Node, NodeCredential
+    from workers import channel
 
-    app = Celery("bench-agents", broker=url)
-    app.conf.update(task_serializer="json", broker_connection_retry_on_startup=True)
-    docs = [heartbeat_doc(f"bench-{n:04d}", npus, token=token) for n in range(nodes)]
-    step = interval / nodes
+    names = [f"{prefix}-{n:05d}" for n in range(nodes)]
+    Node.objects.bulk_create(
+        [Node(name=n, hostname=n) for n in names], batch_size=1000, ignore_conflicts=True
+    )
+    ids = dict(Node.objects.filter(name__in=names).values_list("name", "pk"))
+    NodeCredential.objects.bulk_create(
+        [NodeCredential(node_id=ids[n], issued_via="bench") for n in names], batch_size=1000
+    )
+    out = []
+    for pk, name in NodeCredential.objects.filter(node__name__in=names).values_list(
+        "pk", "node__name"
+    ):
+        out.append((name, pk, node_key(name, pk).hex()))
+    NodeCredential.objects.filter(pk__in=[kid for _, kid, _ in out]).update(fingerprint="bench")
+    bump_version()
+    del channel
+    return sorted(out)
+
+
+def _beat_loop(url: str, fleet: list, npus: int, interval: float, sent, stop_at):
+    """Every node beats once per `interval`, spread evenly over it (node i at offset i/n),
+    sealed with its own key and appended to the inbox as an agent does (the sender pipelines
+    the beats due in the same few milliseconds: it stands in for many hosts)."""
+    import redis
+
+    from workers import channel
+
+    r = redis.Redis.from_url(url)
+    agents = [
+        (channel.AgentChannel(r, channel.Identity(n, kid, key)), heartbeat_doc(n, npus))
+        for n, kid, key in fleet
+    ]
+    step = interval / len(agents)
     t0 = time.monotonic()
     k = 0
-    with app.producer_pool.acquire(block=True) as producer:
-        while time.monotonic() < stop_at.value:
-            for n, doc in enumerate(docs):
-                due = t0 + k * interval + n * step
-                delay = due - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
+    while time.monotonic() < stop_at.value:
+        n = 0
+        while n < len(agents) and time.monotonic() < stop_at.value:
+            due = t0 + k * interval + n * step
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            pipe = r.pipeline(transaction=False)
+            burst = 0
+            while n < len(agents) and t0 + k * interval + n * step <= time.monotonic() + 0.005:
+                agent, doc = agents[n]
                 for chip in doc["chips"]:  # vary the values as real chips do
                     chip["aicore_percent"] = float((k * 7 + n + chip["npu_id"]) % 100)
                 doc["sent_at"] = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
-                app.send_task(
-                    "console.heartbeat",
-                    args=[doc],
-                    queue=CONSOLE_QUEUE,
-                    ignore_result=True,
-                    producer=producer,
-                )
-                with sent.get_lock():
-                    sent.value += 1
-            k += 1
+                agent.r = pipe
+                agent.send("console.heartbeat", doc)
+                n += 1
+                burst += 1
+            pipe.execute()
+            with sent.get_lock():
+                sent.value += burst
+        k += 1
 
 
 class Senders:
     """A separate process beating for `nodes` nodes every `interval` s until stopped."""
 
-    def __init__(self, token: str, nodes: int, npus: int = 8, interval: float = 5.0) -> None:
+    def __init__(self, fleet: list, npus: int = 8, interval: float = 5.0) -> None:
         ctx = mp.get_context("spawn")
         self.sent = ctx.Value("q", 0)
         self.stop_at = ctx.Value("d", float("inf"))
         self.proc = ctx.Process(
             target=_beat_loop,
-            args=(broker_url(), token, nodes, npus, interval, self.sent, self.stop_at),
+            args=(os.environ["REDIS_URL"], fleet, npus, interval, self.sent, self.stop_at),
             daemon=True,
         )
 

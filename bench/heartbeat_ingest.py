@@ -1,37 +1,39 @@
-"""Telemetry ingest throughput: record_heartbeat vs. the bare Redis round trips it makes.
+"""Telemetry ingest throughput: record_heartbeat and the inbox path vs. bare Redis round trips.
 
-1,000 simulated nodes x 8 NPUs send heartbeats through
-console.telemetry.services.record_heartbeat (in-process), against the Redis at REDIS_URL or an
-embedded one. Side by side in the same run, the baseline sends the same bytes with a plain
-SET+RPUSH pipeline per beat and no encoding. Rounds alternate so both see the same machine.
+1,000 enrolled nodes x 8 NPUs. Side by side in the same run, rounds alternating so all see the
+same machine:
+- console.telemetry.services.record_heartbeat (in-process): the telemetry hot store alone;
+- the same beats sealed with each node's own key (workers/channel.py) through
+  Inbox.handle_batch, the inbox consumer's whole per-beat path (authentication, validation,
+  node state, telemetry), and Inbox.authenticate alone (MAC, credential, window, sequence);
+- the baseline: the same bytes with a plain SET+RPUSH pipeline per beat and no encoding.
 
-    DJANGO_SETTINGS_MODULE=console.settings .venv/bin/python bench/heartbeat_ingest.py
+    .venv/bin/python bench/heartbeat_ingest.py
 
-Prints beats/s for both, the ratio, and the Redis memory a buffered beat takes. Touches no
-database; its Redis keys are under a private prefix, deleted at the end.
+Prints beats/s for each, the ratios to the baseline, and the Redis memory a buffered beat
+takes. A scratch SQLite database holds the nodes' credentials (BENCH_DATABASE_URL for
+another); Redis is an embedded one (BENCH_REDIS_URL for another: the telemetry keys are then
+under a private prefix, deleted at the end).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
-import django  # noqa: E402
+from bench import seed as seeding  # noqa: E402
 
-django.setup()
+SCRATCH = seeding.setup_django() if __name__ == "__main__" else None
 
 from django.conf import settings  # noqa: E402
 
-from console import embedded_redis  # noqa: E402
+from bench import fleet, inbox_path  # noqa: E402
 from console.hot import get_redis  # noqa: E402
 from console.telemetry import services  # noqa: E402
 from workers.contracts import Heartbeat  # noqa: E402
@@ -41,9 +43,9 @@ NPUS = 8
 ROUNDS = 5  # of NODES beats each, per contender
 
 
-def make_beats(at: datetime) -> list[Heartbeat]:
+def make_beats(names: list[str], at: datetime) -> list[Heartbeat]:
     beats = []
-    for n in range(NODES):
+    for n, name in enumerate(names):
         chips = [
             {
                 "npu_id": i, "chip_id": 0, "name": "910B3", "health": "OK",
@@ -59,8 +61,7 @@ def make_beats(at: datetime) -> list[Heartbeat]:
         beats.append(
             Heartbeat.model_validate(
                 {
-                    "node": f"bench-{n:04d}",
-                    "enroll_token": "bench-enroll-token",
+                    "node": name,
                     "sent_at": at.isoformat(),
                     "chips": chips,
                     "processes": processes,
@@ -70,11 +71,11 @@ def make_beats(at: datetime) -> list[Heartbeat]:
     return beats
 
 
-def run_record(beats: list[Heartbeat], at: datetime) -> float:
+def run_record(beats: list[Heartbeat], ids: dict[str, int], at: datetime) -> float:
     """Seconds for one beat of every node through record_heartbeat."""
     start = time.perf_counter()
-    for i, hb in enumerate(beats):
-        services.record_heartbeat(node_id=i + 1, node_name=hb.node, received_at=at, hb=hb)
+    for hb in beats:
+        services.record_heartbeat(node_id=ids[hb.node], node_name=hb.node, received_at=at, hb=hb)
     return time.perf_counter() - start
 
 
@@ -92,53 +93,72 @@ def run_baseline(r, docs: list[tuple[str, bytes, bytes]]) -> float:
 
 
 def main() -> None:
-    tmp = proc = None
-    if not os.environ.get("REDIS_URL"):
-        tmp = Path(tempfile.mkdtemp(prefix="npc-bench-"))
-        proc = embedded_redis.start(tmp / "redis.sock", tmp)
-        settings.REDIS_URL = f"unix://{tmp / 'redis.sock'}"
-    services.KEY_PREFIX = f"npc:bench-{os.getpid()}:"
+    from django.core.management import call_command
+
+    if os.environ.get("BENCH_REDIS_URL"):
+        services.KEY_PREFIX = f"npc:bench-{os.getpid()}:"
     r = get_redis()
     try:
+        call_command("migrate", verbosity=0)
         report(r)
     finally:
-        keys = list(r.scan_iter(f"{services.KEY_PREFIX}*"))
-        if keys:
-            r.delete(*keys)
-        if proc is not None:
-            embedded_redis.stop(proc)
-            shutil.rmtree(tmp, ignore_errors=True)
+        if services.KEY_PREFIX != "npc:":
+            keys = list(r.scan_iter(f"{services.KEY_PREFIX}*"))
+            if keys:
+                r.delete(*keys)
+        SCRATCH.close()
 
 
 def report(r) -> None:
+    from console.inventory.inbox import Inbox
+    from console.inventory.models import Node
+
+    nodes = fleet.enroll_fleet(NODES)
+    ids = dict(Node.objects.values_list("name", "pk"))
     at = datetime.now(UTC)
-    beats = make_beats(at)
+    beats = make_beats([name for name, _, _ in nodes], at)
     t = time.perf_counter()
     payloads = [hb.model_dump(mode="json") for hb in beats]
     [Heartbeat.model_validate(p) for p in payloads]
     validate_s = (time.perf_counter() - t) / NODES
+    bodies = [(hb.node, p) for hb, p in zip(beats, payloads, strict=True)]
 
-    run_record(beats, at)  # warm-up, and the bytes the baseline will send
+    run_record(beats, ids, at)  # warm-up, and the bytes the baseline will send
     docs = [(services.latest_key(hb.node), r.get(services.latest_key(hb.node))) for hb in beats]
     rows = r.lrange(services.samples_key(), 0, NODES - 1)
     memory = r.memory_usage(services.samples_key()) or 0
     baseline_docs = [(k, d, row) for (k, d), row in zip(docs, rows, strict=True)]
     r.delete(services.samples_key())
+    inbox, auth_inbox = Inbox(), Inbox()
+    inbox_path.handle(inbox, inbox_path.sealed(nodes, bodies))  # registration: not timed
+    inbox_path.authenticate(auth_inbox, inbox_path.sealed(nodes, bodies))
 
-    rec, base = [], []
+    rec, base, whole, auth = [], [], [], []
     for round_no in range(ROUNDS):
+        raws, auth_raws = inbox_path.sealed(nodes, bodies), inbox_path.sealed(nodes, bodies)
         base.append(NODES / run_baseline(r, baseline_docs))
-        rec.append(NODES / run_record(beats, at + timedelta(seconds=5 * (round_no + 1))))
+        rec.append(NODES / run_record(beats, ids, at + timedelta(seconds=5 * (round_no + 1))))
+        whole.append(NODES / inbox_path.handle(inbox, raws))
+        auth.append(NODES / inbox_path.authenticate(auth_inbox, auth_raws))
         r.delete(services.samples_key())
     rec_rate, base_rate = statistics.median(rec), statistics.median(base)
-    where = settings.REDIS_URL if os.environ.get("REDIS_URL") else "embedded (unix socket)"
-    print(f"redis: {where}; {NODES} nodes x {NPUS} NPUs; {ROUNDS} rounds; {os.cpu_count()} CPUs")
+    whole_rate, auth_rate = statistics.median(whole), statistics.median(auth)
+    where = settings.REDIS_URL if os.environ.get("BENCH_REDIS_URL") else "embedded (unix socket)"
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"redis: {where}; {NODES} nodes x {NPUS} NPUs; {ROUNDS} rounds; {os.cpu_count()} CPUs; "
+          f"load {load}")  # fmt: skip
     print(f"latest doc: {len(docs[0][1])} B/node; buffered row: {len(rows[0])} B/beat; "
           f"buffer memory: {memory / NODES:.0f} B/beat")  # fmt: skip
-    print(f"record_heartbeat:        {rec_rate:8,.0f} beats/s  ({1e6 / rec_rate:6.1f} us/beat)")
-    print(f"bare SET+RPUSH pipeline: {base_rate:8,.0f} beats/s  ({1e6 / base_rate:6.1f} us/beat)")
+    for name, rate in (
+        ("record_heartbeat:", rec_rate),
+        ("inbox handle_batch:", whole_rate),
+        ("  authenticate alone:", auth_rate),
+        ("bare SET+RPUSH pipeline:", base_rate),
+    ):
+        print(f"{name:24s} {rate:8,.0f} beats/s  ({1e6 / rate:6.1f} us/beat)")
     print(f"ratio record/bare:       {rec_rate / base_rate:8.2f}")
-    print(f"(payload validation, paid by the Celery task before: {validate_s * 1e6:.1f} us/beat)")
+    print(f"ratio inbox/bare:        {whole_rate / base_rate:8.2f}")
+    print(f"(payload validation, inside handle_batch: {validate_s * 1e6:.1f} us/beat)")
 
 
 if __name__ == "__main__":

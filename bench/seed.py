@@ -270,11 +270,10 @@ def _incidents(scale: Scale) -> None:
     )
 
 
-def heartbeat_doc(name: str, npus: int, k: int = 0, token: str = "npe_bench") -> dict:
+def heartbeat_doc(name: str, npus: int, k: int = 0) -> dict:
     """A heartbeat like an 8-NPU 910B3 agent's, varying with `k`."""
     return {
         "node": name,
-        "enroll_token": token,
         "sent_at": datetime.now(UTC).isoformat(),
         "host": {"hostname": name, "arch": "aarch64"},
         "chips": [

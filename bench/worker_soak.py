@@ -1,12 +1,16 @@
 """Console worker memory over a soak: flat under steady heartbeat + reconcile load.
 
 Two real console workers (prefork, 2 processes each, as `make run` starts them) side by side
-on a scratch database: the *loaded* one consumes the console queue — BENCH_NODES (1,000)
-simulated nodes beating every 5 s through Celery, and the beat schedule (reconcile of
-BENCH_DEPLOYMENTS deployments every 5 s, sample flush, offline detection, rollups) —, the
-*idle* one an empty queue. The resident memory of each worker and its pool processes is
-sampled every 10 s for BENCH_SECONDS (600). After BENCH_WARMUP (120 s: registration, caches,
-first rollups) the loaded worker is "flat" when it grows less than 5% (exit 1 otherwise).
+on a scratch database: the *loaded* one holds the inbox consumer's lease — BENCH_NODES
+(1,000) enrolled nodes beating every 5 s through the signed channel (sealed with each node's
+key onto `npc:inbox`, as agents do: workers/channel.py), handled by the consumer thread in its
+main process — and consumes the console queue: the beat schedule (reconcile of
+BENCH_DEPLOYMENTS deployments every 5 s, sample flush, offline detection, rollups). The *idle*
+one consumes an empty queue; its own inbox consumer thread only polls the lease every second,
+as a second console worker's does (it is started once the loaded one holds the lease, and the
+CPU each used is printed, so a lease that moved would show). The resident memory of each
+worker and its pool processes is sampled every 10 s for BENCH_SECONDS (600). After
+BENCH_WARMUP (120 s: registration, caches, first rollups) the loaded worker is "flat" when it grows less than 5% (exit 1 otherwise).
 
     .venv/bin/python bench/worker_soak.py
     BENCH_SECONDS=180 BENCH_WARMUP=60 .venv/bin/python bench/worker_soak.py
@@ -39,39 +43,50 @@ MAX_GROWTH = 0.05
 def main() -> int:
     from django.core.management import call_command
 
-    from console.accounts.services import Actor
-    from console.inventory.enrollment import issue_enrollment_token
-    from console.inventory.models import Node
+    from console.hot import get_redis
+    from console.inventory.inbox import LEADER_KEY
+    from console.inventory.models import Accelerator
 
     call_command("migrate", verbosity=0)
-    _, token = issue_enrollment_token(actor=Actor.system("bench"), name="bench")
+    nodes = fleet.enroll_fleet(NODES)
+    r = get_redis()
     loaded = fleet.start_worker(SCRATCH.dir / "loaded.log", name="bench-loaded")
-    idle = fleet.start_worker(SCRATCH.dir / "idle.log", queue="bench-idle", name="bench-idle")
-    beat = fleet.start_beat(SCRATCH.dir / "beat.log", SCRATCH.dir)
-    senders = fleet.Senders(token, NODES)
+    idle = beat = None
+    senders = fleet.Senders(nodes)
     rows: list[tuple[float, float, float]] = []
     try:
         fleet.wait_worker_ready()
+        _wait_lease(r, LEADER_KEY)
+        idle = fleet.start_worker(SCRATCH.dir / "idle.log", queue="bench-idle", name="bench-idle")
+        beat = fleet.start_beat(SCRATCH.dir / "beat.log", SCRATCH.dir)
+        time.sleep(10)  # the idle worker's imports
+        cpu0 = fleet.tree_cpu_s(loaded.pid), fleet.tree_cpu_s(idle.pid)
         senders.start()
         t0 = time.monotonic()
         deployed = False
         print(f"{NODES} nodes beating every 5 s + reconcile, {SECONDS:g} s, load {_load()}")
         while (now := time.monotonic() - t0) < SECONDS:
             time.sleep(EVERY - (now % EVERY))
-            if not deployed and Node.objects.count() >= NODES:
+            if not deployed and Accelerator.objects.count() >= NODES * 8:
                 _deploy()  # reconcile now has replicas to look at every 5 s
                 deployed = True
             a, b = fleet.tree_rss_mb(loaded.pid), fleet.tree_rss_mb(idle.pid)
             rows.append((time.monotonic() - t0, a, b))
             print(f"  t={rows[-1][0]:5.0f} s  loaded {a:7.1f} MiB  idle {b:7.1f} MiB")
         sent = senders.sent.value
+        cpu = fleet.tree_cpu_s(loaded.pid) - cpu0[0], fleet.tree_cpu_s(idle.pid) - cpu0[1]
+        backlog = fleet.queue_len(r)
     finally:
         senders.stop()
         for p in (beat, loaded, idle):
-            fleet.stop(p)
+            if p is not None:
+                fleet.stop(p)
         SCRATCH.close()
     steady = [r for r in rows if r[0] >= WARMUP] or rows
-    print(f"beats sent: {sent} ({sent / rows[-1][0]:.0f}/s); {DEPLOYMENTS} deployments reconciled")
+    print(
+        f"beats sent: {sent} ({sent / rows[-1][0]:.0f}/s), {backlog} waiting at the end; "
+        f"{DEPLOYMENTS} deployments reconciled; CPU loaded {cpu[0]:.0f} s, idle {cpu[1]:.0f} s"
+    )
     verdicts = []
     for name, i in (("loaded", 1), ("idle", 2)):
         start, end = steady[0][i], steady[-1][i]
@@ -90,6 +105,15 @@ def main() -> int:
         f"{WARMUP:g} s warm-up); load {_load()}"
     )
     return 0 if flat else 1
+
+
+def _wait_lease(r, key: str, timeout: float = 30) -> None:
+    """Until a consumer (the loaded worker's: the only one running) holds the inbox lease."""
+    deadline = time.monotonic() + timeout
+    while not r.exists(key):
+        if time.monotonic() > deadline:
+            raise SystemExit("the loaded worker's inbox consumer never took the lease")
+        time.sleep(0.2)
 
 
 def _deploy() -> None:

@@ -1,3 +1,3 @@
 """NPU Console: the Django project (web, API, console-side Celery)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

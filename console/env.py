@@ -7,6 +7,7 @@ Celery app turn it into that one line on stderr and exit status 2.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -63,6 +64,17 @@ def get_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def get_networks(name: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """A comma list of CIDR blocks (`10.0.0.0/8, fd00::/8`); empty or unset = []."""
+    networks = []
+    for item in get_list(name, []):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise EnvError(f"{name}: expected CIDR blocks like 10.0.0.0/8, got {item!r}") from None
+    return networks
 
 
 def check_url(name: str, value: str, schemes: set[str]) -> str:

@@ -1,9 +1,10 @@
 """`python -m console.launch`: the whole console on one machine, for `make run`.
 
 Migrates, creates the first admin when there is no user, starts the embedded Redis when
-REDIS_URL is unset, then the web server, the console's Celery worker and beat, and a host agent
-for this machine — each in its own process group. Ctrl-C (or SIGTERM) stops them all: SIGTERM,
-then SIGKILL after a grace period, Redis last, so no process is left behind.
+REDIS_URL is unset, then the web server, the console's Celery workers (queue `console`, and
+queue `console.jobs` for benchmarks and webhooks) and beat, and a host agent for this machine —
+each in its own process group. Ctrl-C (or SIGTERM) stops them all: SIGTERM, then SIGKILL after
+a grace period, Redis last, so no process is left behind.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 from console.boot import setup_django
+from workers.contracts import JOBS_QUEUE
 
 GRACE_S = 10.0
 # The demo agent replays a real 8-NPU Atlas 800 (910) capture with two NPUs in Warning.
@@ -55,6 +57,28 @@ def _children(args: argparse.Namespace) -> dict[str, list[str]]:
             "console@%h",
             "-l",
             "info",
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        # Benchmark runs and webhook deliveries hold a slot for long: their own worker, so they
+        # never delay heartbeats and reports on queue `console`.
+        "jobs-worker": [
+            py,
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "worker",
+            "-Q",
+            JOBS_QUEUE,
+            "--concurrency",
+            "2",
+            "-n",
+            "console-jobs@%h",
+            "-l",
+            "info",
+            "--without-gossip",
+            "--without-mingle",
         ],
         "beat": [
             py,
@@ -100,6 +124,29 @@ def _local_enroll_token(var_dir) -> str:
     with os.fdopen(fd, "w") as fh:
         fh.write(raw)
     return raw
+
+
+def _forget_stale_identity(state_dir: Path) -> None:
+    """A local agent's saved identity that this database does not know (var/ reset, another
+    checkout) would be refused forever: drop it, so the agent enrolls again with the token."""
+    from console.inventory.models import NodeCredential
+    from workers.agent import IDENTITY_FILE
+    from workers.channel import Identity
+
+    path = state_dir / IDENTITY_FILE
+    try:
+        identity = Identity.load(path)
+    except ValueError:
+        identity = None
+        path.unlink(missing_ok=True)
+    if identity is None:
+        return
+    known = NodeCredential.objects.filter(
+        pk=identity.kid, node__name=identity.node, revoked_at=None
+    ).exists()
+    if not known:
+        print(f"[launch] {path}: a credential this console does not know; enrolling again")
+        path.unlink(missing_ok=True)
 
 
 def _stop_all(procs: dict[str, subprocess.Popen]) -> None:
@@ -161,15 +208,21 @@ def main() -> int:
     env.setdefault("NPU_AGENT_BROKER_URL", settings.CELERY_BROKER_URL)
     env.setdefault("NPU_AGENT_STATE_DIR", str(settings.VAR_DIR / "agent"))
     env.setdefault("NPU_AGENT_ENROLL_TOKEN", _local_enroll_token(settings.VAR_DIR))
+    for state_dir in (Path(env["NPU_AGENT_STATE_DIR"]), settings.VAR_DIR / "agent-demo"):
+        _forget_stale_identity(state_dir)
 
     procs: dict[str, subprocess.Popen] = {}
     try:
         for name, argv in _children(args).items():
             if (name == "agent" and args.no_agent) or (name == "demo-agent" and not args.demo):
                 continue
-            child_env = (
-                dict(env, NPU_AGENT_SIM_SAMPLE=str(DEMO_SAMPLE)) if name == "demo-agent" else env
-            )
+            child_env = env
+            if name == "demo-agent":  # a node of its own: its own identity and engines
+                child_env = dict(
+                    env,
+                    NPU_AGENT_SIM_SAMPLE=str(DEMO_SAMPLE),
+                    NPU_AGENT_STATE_DIR=str(settings.VAR_DIR / "agent-demo"),
+                )
             procs[name] = subprocess.Popen(argv, env=child_env, start_new_session=True)
         print(
             f"[launch] console on http://{args.host}:{args.port}/  (Ctrl-C stops everything)",
@@ -190,6 +243,7 @@ def main() -> int:
         from workers.engine.supervisor import stop_all_recorded
 
         engines = stop_all_recorded(Path(env["NPU_AGENT_STATE_DIR"]))
+        engines += stop_all_recorded(settings.VAR_DIR / "agent-demo")
         if engines:
             print(f"[launch] stopped {engines} engine(s) the local agent was running", flush=True)
         if redis_proc is not None:

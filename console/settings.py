@@ -66,10 +66,22 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_throttle": 1,
 }
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# No pidbox: nobody who reaches the broker can inspect, reconfigure or shut down a console
+# worker with `celery control` broadcasts (tests/security/test_remote_control.py).
+CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+# Per-node Redis ACL users for the host agents (console/inventory/redis_acl.py; Redis >= 7).
+REDIS_MANAGE_ACL = env.get_bool("REDIS_MANAGE_ACL", False)
+# The password of the `npc-bootstrap` user, which agents use before they are enrolled.
+NPU_BOOTSTRAP_REDIS_PASSWORD = env.get_str("NPU_BOOTSTRAP_REDIS_PASSWORD") or ""
+if REDIS_MANAGE_ACL and not NPU_BOOTSTRAP_REDIS_PASSWORD:
+    raise env.EnvError(
+        "NPU_BOOTSTRAP_REDIS_PASSWORD: required when REDIS_MANAGE_ACL is on "
+        "(the password of the npc-bootstrap Redis user)"
+    )
 CELERY_BEAT_SCHEDULE = {
     "mark-offline": {"task": "inventory.mark_offline", "schedule": 5.0},
     "reconcile": {"task": "deployments.reconcile", "schedule": 5.0},
@@ -185,6 +197,10 @@ if env.get_bool("SECURE_PROXY_SSL_HEADER", False):
 # --- console behaviour ----------------------------------------------------------------------
 HEARTBEAT_INTERVAL_S = env.get_int("HEARTBEAT_INTERVAL_S", 5, minimum=1)
 OFFLINE_AFTER_MISSED_BEATS = 3
+# Node addresses: those the agents may report (empty = any), and whether a node's changed
+# address applies at once or waits for an admin (console/inventory/services.py).
+NODE_ADDRESS_CIDRS = env.get_networks("NODE_ADDRESS_CIDRS")
+NODE_ADDRESS_AUTO_ACCEPT = env.get_bool("NODE_ADDRESS_AUTO_ACCEPT", False)
 TELEMETRY_RAW_RETENTION_H = env.get_int("TELEMETRY_RAW_RETENTION_H", 24, minimum=1)
 TELEMETRY_ROLLUP_RETENTION_D = env.get_int("TELEMETRY_ROLLUP_RETENTION_D", 30, minimum=1)
 # 1-minute rollups are 60x the hourly ones (~11.5 M rows a day at 1,000 8-NPU nodes); kept

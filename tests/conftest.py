@@ -93,8 +93,9 @@ class Proc:
 
 
 def start_console_worker(redis_url: str, log: Path, **env: str) -> Proc:
-    """Start a real console Celery worker (queue `console`, the test database; `env` adds
-    settings) and wait until it answers a ping."""
+    """Start a real console Celery worker (queues `console` and `console.jobs`: production
+    runs one worker for each, see compose.yaml; the test database; `env` adds settings) and
+    wait until it answers a ping."""
     argv = [
         sys.executable,
         "-m",
@@ -103,7 +104,7 @@ def start_console_worker(redis_url: str, log: Path, **env: str) -> Proc:
         "console",
         "worker",
         "-Q",
-        "console",
+        "console,console.jobs",
         "-P",
         "solo",
         "-n",
@@ -140,7 +141,8 @@ def _wait_or_stop(proc: Proc, ready, message: str) -> None:
 
 @pytest.fixture
 def console_worker(redis_url, transactional_db, tmp_path):
-    """A real console Celery worker process on queue `console`, sharing the test database."""
+    """A real console Celery worker process on queues `console` and `console.jobs`, sharing
+    the test database."""
     proc = start_console_worker(redis_url, tmp_path / "console-worker.log")
     yield proc
     proc.stop()

@@ -35,6 +35,8 @@ AGENT_ENV_EXAMPLE = ROOT / "deploy" / "systemd" / "npu-agent.env.example"
 COMPOSE_ENV_EXAMPLE = ROOT / "deploy" / "compose.env.example"
 
 PYTHONS = {"python", "python3", "python3.11"}
+# The services that run the console (they share x-console-env).
+CONSOLE_SERVICES = ("migrate", "web", "worker", "jobs-worker", "beat")
 SHELLS = {"sh", "bash", "/bin/sh", "/bin/bash"}
 
 
@@ -255,14 +257,14 @@ def compose_problems(data: dict) -> dict[str, list[str]]:
 
 def test_services_exist(compose):
     assert "version" not in compose, "the Compose spec has no `version:`"
-    assert {"postgres", "redis", "migrate", "web", "worker", "beat", "proxy", "agent"} <= set(
-        compose["services"]
-    )
+    assert {
+        *("postgres", "redis", "migrate", "web", "worker", "jobs-worker", "beat", "proxy", "agent")
+    } <= set(compose["services"])
 
 
 def test_project_services_are_built_from_this_repository(compose):
     services = compose["services"]
-    for name in ("migrate", "web", "worker", "beat", "agent"):
+    for name in ("migrate", "web", "worker", "jobs-worker", "beat", "agent"):
         assert built_here(services[name]), name
     assert not built_here(services["postgres"]) and not built_here(services["redis"])
 
@@ -272,7 +274,7 @@ def test_shared_environment(compose):
     env = compose["x-console-env"]
     for key in ("SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS"):
         assert key in env
-        for name in ("migrate", "web", "worker", "beat"):
+        for name in CONSOLE_SERVICES:
             assert key in services[name]["environment"], (name, key)
     assert env["SECRET_KEY"].startswith("${SECRET_KEY:?")
 
@@ -283,13 +285,85 @@ def test_dependencies(compose):
     assert services["web"]["depends_on"]["migrate"]["condition"] == (
         "service_completed_successfully"
     )
-    for name in ("worker", "beat"):
+    for name in ("worker", "jobs-worker", "beat"):
         deps = services[name]["depends_on"]
         assert deps["redis"]["condition"] == "service_healthy"
         assert deps["postgres"]["condition"] == "service_healthy"
     assert "healthcheck" in services["postgres"] and "healthcheck" in services["redis"]
     redis_cmd = services["redis"]["command"]
     assert redis_cmd[redis_cmd.index("--appendonly") + 1] == "yes"
+
+
+def _option(argv: list[str], *names: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg in names and i + 1 < len(argv):
+            return argv[i + 1]
+        for name in names:
+            if name.startswith("--") and arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def queue_problems(data: dict) -> list[str]:
+    """Benchmarks and webhooks (JOBS_QUEUE) must have their own worker, never sharing slots
+    with the agents' traffic on CONSOLE_QUEUE; no console worker listens to remote control."""
+    from workers.contracts import CONSOLE_QUEUE, JOBS_QUEUE
+
+    problems = []
+    consumed: dict[str, list[str]] = {}
+    for name, service in data["services"].items():
+        argv = command_argvs(service.get("command") or [])[0]
+        if argv[:1] != ["celery"] or "worker" not in argv:
+            continue
+        queues = (_option(argv, "-Q", "--queues") or CONSOLE_QUEUE).split(",")
+        for queue in queues:
+            consumed.setdefault(queue, []).append(name)
+        if CONSOLE_QUEUE in queues and JOBS_QUEUE in queues:
+            problems.append(f"{name} consumes both {CONSOLE_QUEUE} and {JOBS_QUEUE}")
+        for flag in ("--without-gossip", "--without-mingle"):
+            if flag not in argv:
+                problems.append(f"{name} runs without {flag}")
+        if JOBS_QUEUE in queues and int(_option(argv, "-c", "--concurrency") or 0) not in (1, 2):
+            problems.append(f"{name}: {JOBS_QUEUE} wants --concurrency 1 or 2")
+    for queue in (CONSOLE_QUEUE, JOBS_QUEUE):
+        if not consumed.get(queue):
+            problems.append(f"no worker consumes {queue}")
+    return problems
+
+
+def test_jobs_have_their_own_worker(compose):
+    assert queue_problems(compose) == []
+    assert compose["services"]["jobs-worker"]["environment"] == compose["x-console-env"]
+
+
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        (["celery", "-A", "console", "worker", "-Q", "console,console.jobs"], "both"),
+        (["celery", "-A", "console", "worker", "-Q", "console"], "no worker consumes console.jobs"),
+        (["celery", "-A", "console", "worker", "-Q", "console.jobs", "-c", "8"], "--concurrency"),
+    ],
+)
+def test_queue_check_catches_shared_slots(compose, command, expected):
+    broken = copy.deepcopy(compose)
+    broken["services"]["jobs-worker"]["command"] = command
+    assert any(expected in p for p in queue_problems(broken)), queue_problems(broken)
+
+
+def test_console_manages_redis_acl_users(compose):
+    """Redis >= 7 (ACL selectors); every console service manages the agents' ACL users with a
+    bootstrap password of its own, required, and not the console's REDIS_PASSWORD."""
+    image = compose["services"]["redis"]["image"]
+    major = re.match(r"redis:(\d+)", image)
+    assert major and int(major.group(1)) >= 7, image
+    env = compose["x-console-env"]
+    assert env["REDIS_MANAGE_ACL"] in ("1", "true", "yes", "on")
+    assert env["NPU_BOOTSTRAP_REDIS_PASSWORD"].startswith("${NPU_BOOTSTRAP_REDIS_PASSWORD:?")
+    for name in CONSOLE_SERVICES:
+        assert compose["services"][name]["environment"]["REDIS_MANAGE_ACL"] == "1", name
+    agent_hint = COMPOSE_FILE.read_text()
+    assert "rediss://npc-bootstrap:<NPU_BOOTSTRAP_REDIS_PASSWORD>@" in agent_hint
+    assert "rediss://:<REDIS_PASSWORD>@" not in agent_hint
 
 
 def test_agent_runs_on_ascend_hosts(compose):
@@ -422,7 +496,7 @@ def exposure_problems(data: dict) -> list[str]:
     """Services that put Redis, PostgreSQL or plain-http uvicorn on the host's network."""
     problems = []
     for name, service in data["services"].items():
-        if name in {"redis", "postgres", "web", "worker", "beat", "migrate"}:
+        if name in {"redis", "postgres", *CONSOLE_SERVICES}:
             if service.get("ports"):
                 problems.append(f"{name} publishes {service['ports']}")
             if service.get("network_mode") == "host":
@@ -446,7 +520,7 @@ def redis_password_problems(data: dict) -> list[str]:
     url = interpolate(data["x-console-env"]["REDIS_URL"], env)
     if url != "redis://:s3cret@redis:6379/0":
         problems.append(f"console REDIS_URL does not carry the password: {url!r}")
-    for name in ("migrate", "web", "worker", "beat"):
+    for name in CONSOLE_SERVICES:
         if (
             data["services"][name]["environment"].get("REDIS_URL")
             != (data["x-console-env"]["REDIS_URL"])
@@ -614,6 +688,7 @@ def test_console_settings_under_compose_pass_check_deploy(compose, tmp_path):
             "SECRET_KEY": secrets.token_urlsafe(50),
             "POSTGRES_PASSWORD": "pg",
             "REDIS_PASSWORD": "rd",
+            "NPU_BOOTSTRAP_REDIS_PASSWORD": "bs",
             "CONSOLE_HOST": "console.example.com",
         },
     )
@@ -655,6 +730,7 @@ def test_docker_compose_config_accepts_the_file(tmp_path):
         "SECRET_KEY": "x" * 50,
         "POSTGRES_PASSWORD": "pg",
         "REDIS_PASSWORD": "rd",
+        "NPU_BOOTSTRAP_REDIS_PASSWORD": "bs",
         "CONSOLE_HOST": "console.example.com",
     }
     result = subprocess.run(

@@ -1,28 +1,34 @@
-"""The host agent: a Celery worker on queue host.<node> plus a heartbeat thread.
+"""The host agent: a command loop on its own signed channel plus a heartbeat thread.
 
-`python -m workers agent` runs it. It never touches the console's database: it sends
-heartbeats and check results as tasks on queue `console`, and consumes its own queue.
+`python -m workers agent` runs it. It never touches the console's database. On first start it
+exchanges its enrollment token for a node identity (workers/channel.py), kept in
+`<state_dir>/identity.json` (0600); from then on it signs every message with that key and runs
+only commands the console signed for this node.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import psutil
+import redis
 
+from workers import channel
 from workers.accelerators import default_providers, probe_all
 from workers.accelerators.base import ProviderResult
 from workers.accelerators.process import kill_running_tools
-from workers.celery import make_app, send_to_console
 from workers.checks import run_checks
 from workers.config import AgentConfig
-from workers.contracts import AGENT_VERSION, EngineReport, EngineSpec, Heartbeat, Tasks, host_queue
+from workers.contracts import AGENT_VERSION, EngineReport, EngineSpec, Heartbeat, Tasks
 from workers.engine.inspect import inspect_model
 from workers.engine.shipper import LogShipper
 from workers.engine.supervisor import Supervisor
@@ -60,7 +66,6 @@ def build_heartbeat(config: AgentConfig, found: dict[str, Any], seq: int) -> Hea
     reason = _degraded(results)
     return Heartbeat(
         node=config.node_name,
-        enroll_token=config.enroll_token,
         sent_at=datetime.now(UTC),
         seq=seq,
         agent_version=AGENT_VERSION,
@@ -75,12 +80,62 @@ def build_heartbeat(config: AgentConfig, found: dict[str, Any], seq: int) -> Hea
     )
 
 
-class Agent:
-    """Holds the long-lived providers; sends heartbeats and runs checks."""
+IDENTITY_FILE = "identity.json"
 
-    def __init__(self, config: AgentConfig) -> None:
+
+def identity_path(config: AgentConfig) -> Path:
+    return Path(config.state_dir) / IDENTITY_FILE
+
+
+def enroll(config: AgentConfig, stop: threading.Event) -> channel.Identity | None:
+    """This node's identity: the saved one, else exchange the enrollment token for one
+    (retried with backoff until it works or the agent stops; a refusal says why)."""
+    path = identity_path(config)
+    identity = channel.Identity.load(path)
+    if identity is not None:
+        if identity.node != config.node_name:
+            raise SystemExit(
+                f"{path} holds the identity of node {identity.node!r}, not {config.node_name!r}"
+            )
+        return identity
+    if not config.enroll_token:
+        raise SystemExit(
+            "NPU_AGENT_ENROLL_TOKEN is not set and this node has no identity yet "
+            f"({path}): create an enrollment token on the console's Enrollment page"
+        )
+    r = redis.Redis.from_url(channel.redis_url(config.broker_url))
+    delay = 2.0
+    while not stop.is_set():
+        try:
+            identity = channel.request_enrollment(
+                r, node=config.node_name, raw_token=config.enroll_token, agent_version=AGENT_VERSION
+            )
+            identity.save(path)
+            log.info("enrolled as %s (credential #%d)", identity.node, identity.kid)
+            return identity
+        except (channel.Refused, TimeoutError, redis.RedisError) as exc:
+            log.warning("enrollment failed: %s; retrying in %.0f s", exc, delay)
+        stop.wait(delay)
+        delay = min(delay * 2, 60.0)
+    return None
+
+
+def channel_client(config: AgentConfig, identity: channel.Identity) -> redis.Redis:
+    """A Redis client as this node: its own ACL user when the console manages Redis ACLs."""
+    url = config.broker_url
+    if identity.redis_user:
+        url = channel.with_credentials(
+            url, identity.redis_user, channel.redis_password(identity.key)
+        )
+    return redis.Redis.from_url(channel.redis_url(url), health_check_interval=30)
+
+
+class Agent:
+    """Holds the long-lived providers and the channel; sends heartbeats and runs commands."""
+
+    def __init__(self, config: AgentConfig, identity: channel.Identity) -> None:
         self.config = config
-        self.app = make_app(config)
+        self.channel = channel.AgentChannel(channel_client(config, identity), identity)
         self.providers = default_providers(config)
         self.stop = threading.Event()
         self._seq = 0
@@ -98,21 +153,24 @@ class Agent:
             set_env_path=config.cann_set_env,
         )
 
+    def send(self, kind: str, body: dict) -> None:
+        self.channel.send(kind, body)
+
     def send_engine_report(self, report: EngineReport) -> None:
-        send_to_console(self.app, Tasks.ENGINE_REPORT, report.model_dump(mode="json"))
+        self.send(Tasks.ENGINE_REPORT, report.model_dump(mode="json"))
 
     def beat_once(self) -> Heartbeat:
         found = probe_all(config=self.config, providers=self.providers)
         self._seq += 1
         hb = build_heartbeat(self.config, found, self._seq)
-        hb.engines = [r.model_dump(mode="json") for r in self.supervisor.reports()]
+        # log tails travel with the engine's own report on a failure, not in every beat
+        hb.engines = [r.model_copy(update={"log_tail": []}) for r in self.supervisor.reports()]
         hb.log_error = self.supervisor.log_error()
-        send_to_console(self.app, Tasks.HEARTBEAT, hb.model_dump(mode="json"))
+        self.send(Tasks.HEARTBEAT, hb.model_dump(mode="json"))
         return hb
 
     def heartbeat_loop(self) -> None:
-        """Beat every interval; after the first beat (which registers the node), run the
-        start-up checks once."""
+        """Beat every interval; after the first beat, run the start-up checks once."""
         checked = False
         while not self.stop.is_set():
             started = time.monotonic()
@@ -121,6 +179,8 @@ class Agent:
                 if not checked:
                     checked = True
                     self.report_checks(None, "agent-start")
+            except redis.AuthenticationError:
+                log.error("Redis refused this node's credential (revoked?); retrying")
             except Exception:  # noqa: BLE001 - the agent keeps beating whatever fails once
                 log.exception("heartbeat failed; retrying next interval")
             self.stop.wait(max(0.0, self.config.heartbeat_s - (time.monotonic() - started)))
@@ -142,48 +202,98 @@ class Agent:
             "sent_at": datetime.now(UTC).isoformat(),
             "results": results,
         }
-        send_to_console(self.app, Tasks.CHECK_RESULTS, report)
+        self.send(Tasks.CHECK_RESULTS, report)
         return results
 
+    def rotate(self, kid: int, wrapped_hex: str) -> None:
+        """Take the new credential the console sent wrapped under the current key, save it,
+        switch to it and say so (signed with the new key: the console retires the old)."""
+        old = self.channel.identity
+        key = channel.wrap_key(
+            bytes.fromhex(wrapped_hex), int.from_bytes(old.key, "big"), f"rotate:{kid}"
+        )
+        new = channel.Identity(
+            node=old.node, kid=int(kid), key_hex=key.hex(), redis_user=old.redis_user
+        )
+        new.save(identity_path(self.config))
+        self.channel.switch(channel_client(self.config, new), new)
+        self.send("console.credential_rotated", {"node": new.node, "kid": new.kid})
+        log.info("credential rotated: now #%d", new.kid)
 
-def register_tasks(agent: Agent) -> None:
-    @agent.app.task(name=Tasks.HOST_RUN_CHECKS, ignore_result=True)
-    def run_checks_task(run_id: int | None = None) -> None:
-        """Run the node checks and report them (idempotent: reports are keyed by run id)."""
-        agent.report_checks(run_id, "on-demand")
 
-    @agent.app.task(name=Tasks.HOST_START_REPLICA, ignore_result=True, acks_late=True)
+def command_handlers(agent: Agent) -> dict:
+    """The commands this agent runs, by name. Each is idempotent."""
+
     def start_replica(spec: dict) -> None:
-        """Run a replica's engine. Idempotent per (replica id, generation): acks_late is safe."""
-        agent.supervisor.start(EngineSpec.model_validate(spec))
+        engine = EngineSpec.model_validate(spec)
+        if engine.node != agent.config.node_name:
+            raise ValueError(f"replica {engine.replica_id} is placed on {engine.node}, not here")
+        agent.supervisor.start(engine)
 
-    @agent.app.task(name=Tasks.HOST_STOP_REPLICA, ignore_result=True, acks_late=True)
-    def stop_replica(replica_id: int, generation: int | None = None) -> None:
-        """Stop a replica's engine and free its port. Idempotent."""
-        agent.supervisor.stop(replica_id, generation)
+    return {
+        Tasks.HOST_RUN_CHECKS: lambda run_id=None: agent.report_checks(run_id, "on-demand"),
+        Tasks.HOST_START_REPLICA: start_replica,
+        Tasks.HOST_STOP_REPLICA: lambda replica_id, generation=None: agent.supervisor.stop(
+            replica_id, generation
+        ),
+        Tasks.HOST_MODEL_INSPECT: inspect_model,
+        Tasks.HOST_LOG_TAIL: lambda replica_id, offset=0, max_bytes=65536: (
+            agent.supervisor.log_tail(replica_id, offset, max_bytes)
+        ),
+        Tasks.HOST_PING: lambda value="": {
+            "pong": value,
+            "node": agent.config.node_name,
+            "agent_version": AGENT_VERSION,
+        },
+        "host.rotate_credential": agent.rotate,
+    }
 
-    @agent.app.task(name=Tasks.HOST_MODEL_INSPECT)
-    def model_inspect(path: str) -> dict:
-        """Read a model directory's config.json and weights (no side effects)."""
-        return inspect_model(path)
 
-    @agent.app.task(name=Tasks.HOST_LOG_TAIL)
-    def log_tail(replica_id: int, offset: int = 0, max_bytes: int = 65536) -> dict:
-        return agent.supervisor.log_tail(replica_id, offset, max_bytes)
+def run_command(agent: Agent, handlers: dict, command: dict) -> None:
+    """Run one verified command; answer it when the console waits for an answer."""
+    name = command["k"]
+    handler = handlers.get(name)
+    try:
+        if handler is None:
+            raise ValueError(f"unknown command {name!r}")
+        result = handler(*command["a"])
+        log.info("command %s [%s] done", name, command["id"])
+    except Exception as exc:  # noqa: BLE001 - one bad command never stops the agent
+        log.exception("command %s [%s] failed", name, command["id"])
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
+    if command.get("r"):
+        try:
+            agent.channel.reply(command, result)
+        except redis.RedisError:
+            log.exception("could not answer command %s", name)
 
-    @agent.app.task(name=Tasks.HOST_PING)
-    def ping(value: str = "") -> dict:
-        return {"pong": value, "node": agent.config.node_name, "agent_version": AGENT_VERSION}
+
+def command_loop(agent: Agent, workers: int = 6) -> None:
+    """Run the console's commands until the agent stops (a stop may block its thread for the
+    grace period: several run at once so the others keep answering)."""
+    handlers = command_handlers(agent)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="command") as pool:
+        while not agent.stop.is_set():
+            try:
+                command = agent.channel.next_command(timeout=1.0)
+            except redis.RedisError as exc:
+                log.warning("command channel: %s; retrying", exc)
+                agent.stop.wait(1.0)
+                continue
+            if command is not None:
+                pool.submit(run_command, agent, handlers, command)
 
 
 def run(config: AgentConfig) -> int:
-    """Run the agent until SIGTERM/SIGINT (Celery's warm shutdown)."""
-    if not config.enroll_token:
-        log.warning(
-            "NPU_AGENT_ENROLL_TOKEN is not set: the console will refuse this node's heartbeats"
-        )
-    agent = Agent(config)
-    register_tasks(agent)
+    """Run the agent until SIGTERM/SIGINT."""
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    identity = enroll(config, stop)
+    if identity is None:
+        return 0
+    agent = Agent(config, identity)
+    agent.stop = stop
     adopted = agent.supervisor.adopt()  # engines that outlived the previous agent
     if adopted:
         log.info(
@@ -195,29 +305,15 @@ def run(config: AgentConfig) -> int:
     shipper = LogShipper(  # log shipping (workers/engine/shipper.py)
         config.state_dir,
         config.node_name,
-        lambda batch: send_to_console(agent.app, Tasks.LOG_LINES, batch),
-        stop=agent.stop,
+        lambda batch: agent.send(Tasks.LOG_LINES, batch),
+        stop=stop,
     )
     threading.Thread(target=shipper.run, name="log-shipper", daemon=True).start()
-    argv = [
-        "worker",
-        "-Q",
-        host_queue(config.node_name),
-        "-n",
-        f"agent@{config.node_name}",
-        "--concurrency",
-        "6",  # a stop may block its thread for the grace period; keep others answering
-        "-P",
-        "threads",
-        "-l",
-        "info",
-        "--without-gossip",
-        "--without-mingle",
-    ]
+    log.info("agent %s %s running", config.node_name, AGENT_VERSION)
     try:
-        agent.app.worker_main(argv)
+        command_loop(agent)
     finally:
-        agent.stop.set()
+        stop.set()
         agent.supervisor.shutdown()  # stops watching; engines keep running by design
         kill_running_tools()  # a hung npu-smi must not outlive the agent
     return 0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from workers.accelerators.base import ProviderResult
 from workers.config import AgentConfig
-from workers.contracts import CheckResult
+from workers.contracts import CHECK_TEXT_MAX_CHARS, CheckResult, clip
 
 DRIVER_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 MIN_FREE_DISK_MB = 20 * 1024
@@ -134,4 +134,7 @@ def run_checks(config: AgentConfig, ascend: ProviderResult, root: str = "/") -> 
     if ascend.available:
         results += [check_npu_health(ascend), check_free_hbm(ascend)]
     results += [check_cann(root), check_disk(disk_paths)]
+    for r in results:  # within the contract's caps: a long evidence is cut, visibly
+        r.evidence = clip(r.evidence, CHECK_TEXT_MAX_CHARS)
+        r.fix = clip(r.fix, CHECK_TEXT_MAX_CHARS)
     return results

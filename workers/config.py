@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -29,6 +30,20 @@ def _positive(env: dict[str, str], name: str, default: float) -> float:
     return value
 
 
+def engine_host_from_env(env: dict[str, str]) -> str | None:
+    """NPU_AGENT_ENGINE_HOST: the address NPU engines bind to (the data-plane network the
+    console reaches them on), overriding the spec's; None when unset. An IP address only."""
+    value = (env.get("NPU_AGENT_ENGINE_HOST") or "").strip()
+    if not value:
+        return None
+    try:
+        return str(ipaddress.ip_address(value.strip("[]")))
+    except ValueError:
+        raise ConfigError(
+            f"NPU_AGENT_ENGINE_HOST: {value!r} is not an IP address (e.g. 10.20.0.5)"
+        ) from None
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     node_name: str
@@ -45,6 +60,7 @@ class AgentConfig:
     engine_probe_s: float = 2.0  # how often the supervisor looks at each engine
     engine_backoff_s: float = 2.0  # first restart delay after a crash (doubles each crash)
     cann_set_env: str = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
+    engine_host: str | None = None  # NPU engines bind here instead of the spec's host
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
@@ -92,4 +108,5 @@ class AgentConfig:
             cann_set_env=env.get(
                 "NPU_AGENT_CANN_SET_ENV", "/usr/local/Ascend/ascend-toolkit/set_env.sh"
             ),
+            engine_host=engine_host_from_env(env),
         )

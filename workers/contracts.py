@@ -2,6 +2,17 @@
 
 Imported by both halves; standard library + pydantic only (no Django). A payload that does not
 validate is refused by the receiving side, never half-applied.
+
+Every list, map and string an agent sends has a cap (the LIMITS below). Input over a cap is
+refused — a ValidationError whose location names the field and whose message names the limit —
+never truncated by the console, so what is stored is what the agent said. A legitimate agent
+is never refused: it respects the caps itself, explicitly (`clip` with a visible marker,
+`fit_metrics`, the log shipper's line and batch cuts in workers/engine/shipper.py).
+
+Agent -> console models keep `extra="ignore"`: the console supports agents one minor version
+behind (docs/operations.md, Upgrades), and a newer agent may send a field this console does not
+know yet. Ignoring it is safe because nothing unknown is stored; every field that is read is
+typed and capped here.
 """
 
 from __future__ import annotations
@@ -10,12 +21,22 @@ import ipaddress
 import math
 import re
 from datetime import datetime
-from typing import Any
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 CONSOLE_QUEUE = "console"
-AGENT_VERSION = "0.1.0"
+# Console-only work that holds a worker slot for long (benchmark runs, webhook deliveries):
+# its own worker, so it never delays inbound traffic on CONSOLE_QUEUE.
+JOBS_QUEUE = "console.jobs"
+AGENT_VERSION = "0.2.0"  # 0.2: the signed channel (workers/channel.py)
 
 
 def host_queue(node_name: str) -> str:
@@ -33,14 +54,92 @@ class Tasks:
     HOST_RUN_CHECKS = "host.run_checks"
 
 
+# --- limits -------------------------------------------------------------------------------
+# Caps on what an agent may send. Each is a multiple of what a real host sends; where a
+# database column holds the value, the cap is that column's length (nothing is cut there).
+MAX_CHIPS = 64  # an A3 node has 16 NPUs x 2 dies = 32 chips; 2x headroom for denser boxes
+MAX_PROCESSES = 1024  # 16 NPU processes per chip at MAX_CHIPS (a TP engine holds 1 per chip)
+MAX_ENGINES = 64  # an NPU engine holds at least one chip: at most MAX_CHIPS of them
+MAX_VERSIONS = 32  # the agent sends 8 (driver, firmware, CANN, npu-smi, vllm, torch…)
+VERSION_KEY_MAX_CHARS = 64
+VERSION_MAX_CHARS = 64  # = Node.*_version columns
+MAX_METRICS = 128  # vLLM's summary (workers/engine/prometheus.py) has about 30 keys
+METRIC_NAME_MAX_CHARS = 128
+REASON_MAX_CHARS = 500  # = Replica.state_reason
+STATUS_TEXT_MAX_CHARS = 300  # = Node.telemetry_reason, Node.log_error
+LOG_TAIL_MAX_LINES = 50  # the supervisor sends its last 50 lines (runner.TAIL_LINES)
+LOG_TAIL_LINE_MAX_CHARS = 2000
+LOG_LINE_MAX_CHARS = 16 * 1024  # one shipped log line; longer ones are cut by the shipper
+LOG_BATCH_MAX_LINES = 1000
+LOG_BATCH_MAX_CHARS = 1024 * 1024  # the shipper sends at most 512 KiB of UTF-8 per batch
+MAX_CHECK_RESULTS = 64  # the agent runs 6 checks
+CHECK_NAME_MAX_CHARS = 64
+CHECK_TEXT_MAX_CHARS = 4000  # evidence, fix
+MAX_DISKS = 64
+PATH_MAX_CHARS = 1024
+MAX_NUMA_NODES = 64  # a 4-socket Kunpeng 920 has 8
+NAME_MAX_CHARS = 256  # chip and process names, health words, vendors: short in practice
+MAX_ID = 2**31 - 1  # ids, counts and megabytes stored in (positive) integer columns
+NODE_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+HOSTNAME = r"^[A-Za-z0-9_.-]{1,253}$"  # what gethostname() returns: a name, never a URL part
+
+Str = Annotated[str, Field(max_length=NAME_MAX_CHARS)]
+Count = Annotated[int, Field(ge=0, le=MAX_ID)]
+Megabytes = Annotated[int, Field(ge=0, le=2**53)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+# strict: "5" or true is not a number; finite and non-negative: a gauge or a counter
+MetricValue = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, ending in a visible marker saying how many
+    bytes (UTF-8) were cut: `… [cut 12345 bytes]`. What the agent calls so that a long value
+    is shortened where everyone can see it, instead of the console refusing the message."""
+    if len(text) <= limit:
+        return text
+    longest = f"… [cut {len(text.encode('utf-8', 'replace'))} bytes]"  # the marker at most
+    keep = max(0, limit - len(longest))
+    marker = f"… [cut {len(text[keep:].encode('utf-8', 'replace'))} bytes]"
+    return text[:keep] + marker[: limit - keep]
+
+
+def fit_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """The scraped metrics the console accepts: finite, non-negative numbers under short names,
+    at most MAX_METRICS of them (an engine that exposes NaN or a negative gauge loses that
+    value, not its report). The console reads metrics back from Redis through it too."""
+    fitted: dict[str, float] = {}
+    for name, value in metrics.items():
+        if len(fitted) >= MAX_METRICS:
+            break
+        if not isinstance(name, str) or len(name) > METRIC_NAME_MAX_CHARS:
+            continue
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except OverflowError:  # an int beyond any float
+                continue
+            if math.isfinite(number) and number >= 0:
+                fitted[name] = number
+    return fitted
+
+
+def describe(exc: ValidationError, most: int = 3) -> str:
+    """A validation error in one log line — `field.path: message` for the first few — without
+    the input values (a payload may hold a key, and is attacker-sized)."""
+    errors = exc.errors(include_input=False, include_url=False)
+    parts = [f"{'.'.join(map(str, e['loc'])) or '(payload)'}: {e['msg']}" for e in errors[:most]]
+    more = f" (+{len(errors) - most} more)" if len(errors) > most else ""
+    return "; ".join(parts) + more
+
+
 class ChipTelemetry(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    npu_id: int
-    chip_id: int = 0
-    vendor: str = "huawei"
-    name: str | None = None
-    health: str | None = None
+    npu_id: Count
+    chip_id: Count = 0
+    vendor: str = Field("huawei", max_length=32)  # = Accelerator.vendor
+    name: str | None = Field(None, max_length=64)  # = Accelerator.model_name
+    health: str | None = Field(None, max_length=32)
     power_w: float | None = None
     temperature_c: float | None = None
     aicore_percent: float | None = None
@@ -48,9 +147,9 @@ class ChipTelemetry(BaseModel):
     memory_total_mb: int | None = None
     hbm_used_mb: int | None = None
     hbm_total_mb: int | None = None
-    bus_id: str | None = None
-    phy_id: int | None = None
-    logic_id: int | None = None
+    bus_id: str | None = Field(None, max_length=32)  # = Accelerator.bus_id
+    phy_id: Count | None = None
+    logic_id: Count | None = None
 
     # Values no NPU reports — NaN, infinities, negative or beyond 2^31 MB of memory — become
     # None rather than refusing the beat: one bad reading must neither blank the node nor
@@ -69,11 +168,72 @@ class ChipTelemetry(BaseModel):
 class ProcessInfo(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    npu_id: int
-    chip_id: int | None = None
-    pid: int
-    name: str = ""
-    memory_mb: int | None = None
+    npu_id: Count
+    chip_id: Count | None = None
+    pid: Count
+    name: Str = ""
+    memory_mb: Megabytes | None = None
+
+
+class CpuCores(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    logical: Count | None = None
+    physical: Count | None = None
+
+
+class DiskUsage(BaseModel):
+    """total/used/free MB of one path, or why it could not be read."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    total_mb: Megabytes | None = None
+    used_mb: Megabytes | None = None
+    free_mb: Megabytes | None = None
+    error: str | None = Field(None, max_length=STATUS_TEXT_MAX_CHARS)
+
+
+class HostInfo(BaseModel):
+    """What workers/accelerators/host.py host_metrics() reports, plus the address the agent
+    found (workers/agent.py primary_address). Free text is capped at the Node columns it
+    fills; the agent clips it (host.py)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    hostname: str | None = Field(None, pattern=HOSTNAME)
+    address: str = ""  # "" or an IP address, stored in canonical form (see _address)
+    arch: str | None = Field(None, max_length=32)  # = Node.arch
+    cpu_model: str | None = Field(None, max_length=200)  # = Node.cpu_model
+    cpu_cores: CpuCores = Field(default_factory=CpuCores)
+    cpu_percent: Finite | None = None
+    load_avg: list[Finite] = Field(default_factory=list, max_length=3)
+    memory_total_mb: Megabytes | None = None
+    memory_used_mb: Megabytes | None = None
+    disks: dict[Annotated[str, Field(max_length=PATH_MAX_CHARS)], DiskUsage] = Field(
+        default_factory=dict, max_length=MAX_DISKS
+    )
+    numa_node_count: Annotated[int, Field(ge=0, le=MAX_NUMA_NODES)] | None = None
+    numa_cpulists: dict[
+        Annotated[str, Field(max_length=32)], Annotated[str, Field(max_length=4096)]
+    ] = Field(default_factory=dict, max_length=MAX_NUMA_NODES)
+    os: str | None = Field(None, max_length=200)  # = Node.os
+    kernel: str | None = Field(None, max_length=100)  # = Node.kernel
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        """The node's address ends up in URLs the console opens (Replica.base_url): an IP
+        address or nothing — never a name, a port, a path or a zone — in canonical form
+        (`2001:DB8::0:1` is stored as `2001:db8::1`)."""
+        if v == "":
+            return v
+        try:
+            address = ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"host.address: an IP address or empty, got {v[:64]!r}") from None
+        if getattr(address, "scope_id", None):
+            raise ValueError(f"host.address: no zone index, got {v[:64]!r}")
+        return str(address)
 
 
 class Heartbeat(BaseModel):
@@ -81,30 +241,47 @@ class Heartbeat(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    node: str = Field(..., pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-    enroll_token: str = Field(..., min_length=8, max_length=200)
+    node: str = Field(..., pattern=NODE_NAME)  # must be the node whose key signed the message
     sent_at: datetime
-    seq: int = 0
-    agent_version: str = AGENT_VERSION
-    interval_s: float = 5.0
+    seq: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+    agent_version: str = Field(AGENT_VERSION, max_length=32)  # = Node.agent_version
+    interval_s: Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)] = 5.0
     simulated: bool = False
-    host: dict[str, Any] = Field(default_factory=dict)
-    versions: dict[str, str | None] = Field(default_factory=dict)
-    chips: list[ChipTelemetry] = Field(default_factory=list)
-    processes: list[ProcessInfo] = Field(default_factory=list)
+    host: HostInfo = Field(default_factory=HostInfo)
+    versions: dict[
+        Annotated[str, Field(max_length=VERSION_KEY_MAX_CHARS)],
+        Annotated[str, Field(max_length=VERSION_MAX_CHARS)] | None,
+    ] = Field(default_factory=dict, max_length=MAX_VERSIONS)
+    chips: list[ChipTelemetry] = Field(default_factory=list, max_length=MAX_CHIPS)
+    processes: list[ProcessInfo] = Field(default_factory=list, max_length=MAX_PROCESSES)
     telemetry_ok: bool = True
-    telemetry_reason: str | None = None
-    engines: list[dict[str, Any]] = Field(default_factory=list)
-    log_error: str | None = None  # engine logs cannot be written (disk full): why
+    telemetry_reason: str | None = Field(None, max_length=STATUS_TEXT_MAX_CHARS)
+    engines: list[EngineReport] = Field(default_factory=list, max_length=MAX_ENGINES)
+    # engine logs cannot be written (disk full): why
+    log_error: str | None = Field(None, max_length=STATUS_TEXT_MAX_CHARS)
 
 
 class CheckResult(BaseModel):
     """One node check: pass/fail, the evidence seen, and the fix when it fails."""
 
-    name: str
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(..., max_length=CHECK_NAME_MAX_CHARS)
     ok: bool
-    evidence: str = ""
-    fix: str = ""
+    evidence: str = Field("", max_length=CHECK_TEXT_MAX_CHARS)
+    fix: str = Field("", max_length=CHECK_TEXT_MAX_CHARS)
+
+
+class CheckReport(BaseModel):
+    """What the agent sends after running its checks (task console.check_results)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    node: str = Field(..., pattern=NODE_NAME)
+    run_id: Annotated[int, Field(ge=1, le=2**63 - 1)] | None = None  # None: agent-start checks
+    trigger: str = Field("on-demand", max_length=16)  # = NodeCheckRun.trigger
+    sent_at: datetime
+    results: list[CheckResult] = Field(..., max_length=MAX_CHECK_RESULTS)
 
 
 # --- engines (deployments) ----------------------------------------------------------------
@@ -112,7 +289,7 @@ class CheckResult(BaseModel):
 # console's checks in console/deployments/validation.py; see docs/security.md).
 SPEC_FLAGS = frozenset(
     {"--model", "--served-model-name", "--host", "--port", "--tensor-parallel-size", "-tp"}
-    | {"--pipeline-parallel-size", "-pp"}
+    | {"--pipeline-parallel-size", "-pp", "--api-key"}
 )
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 ENV_REFUSED = frozenset({"PATH", "HOME", "BASH_ENV", "ENV", "ASCEND_RT_VISIBLE_DEVICES"})
@@ -137,6 +314,8 @@ class EngineSpec(BaseModel):
 
     replica_id: int
     generation: int = Field(..., ge=1)
+    node: str | None = Field(None, pattern=NODE_NAME)  # where it is placed: the agent refuses
+    #                                                    a spec for another node
     deployment: str
     model_path: str  # a local directory on the host; nothing is downloaded
     served_model_name: str
@@ -160,6 +339,10 @@ class EngineSpec(BaseModel):
     extra_env: dict[str, str] = Field(default_factory=dict)  # already checked by name
     restart_max: int = Field(5, ge=0)  # crashes within restart_window_s before crash-loop
     restart_window_s: float = Field(600, gt=0)
+    # The replica's engine key (console.deployments.models.engine_api_key): the agent passes
+    # it to vLLM as VLLM_API_KEY only (never argv, which viewers see) and sends it on its own
+    # /v1 probes. Kept out of repr so a logged spec does not show it.
+    api_key: str | None = Field(None, repr=False, pattern=r"^[A-Za-z0-9_-]{16,128}$")
 
     @field_validator("deployment")
     @classmethod
@@ -220,7 +403,7 @@ class EngineSpec(BaseModel):
         for name, value in v.items():
             if not ENV_NAME.match(name) or name in ENV_REFUSED:
                 raise ValueError(f"extra_env: {name!r} may not be set for an engine")
-            if name.startswith(ENV_REFUSED_PREFIXES):
+            if name.startswith(ENV_REFUSED_PREFIXES) or name == "VLLM_API_KEY":
                 raise ValueError(f"extra_env: {name!r} may not be set for an engine")
             _no_nul(value, f"extra_env.{name}")
         return v
@@ -245,20 +428,26 @@ class EngineReport(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    node: str
-    replica_id: int
-    generation: int
-    phase: str
-    reason: str = ""
-    pid: int | None = None
-    port: int | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    restarts: int = 0
-    log_path: str | None = None
+    node: str = Field(..., pattern=NODE_NAME)
+    replica_id: Annotated[int, Field(ge=0, le=2**63 - 1)]  # a database id (BigAutoField)
+    generation: Count
+    phase: str = Field(..., max_length=32)  # an EnginePhase; an unknown one is ignored
+    reason: str = Field("", max_length=REASON_MAX_CHARS)  # the agent clips it
+    pid: Count | None = None
+    port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    exit_code: Annotated[int, Field(ge=-(2**31), le=MAX_ID)] | None = None
+    signal: Annotated[int, Field(ge=0, le=255)] | None = None
+    restarts: Count = 0
+    log_path: str | None = Field(None, max_length=500)  # = Replica.log_path
     at: datetime
-    metrics: dict[str, float] = Field(default_factory=dict)  # scraped from the engine's /metrics
-    log_tail: list[str] = Field(default_factory=list)  # last lines, on failures
+    # scraped from the engine's /metrics (the agent keeps what fit_metrics() accepts)
+    metrics: dict[Annotated[str, Field(max_length=METRIC_NAME_MAX_CHARS)], MetricValue] = Field(
+        default_factory=dict, max_length=MAX_METRICS
+    )
+    # last lines, on failures (the agent clips each line)
+    log_tail: list[Annotated[str, Field(max_length=LOG_TAIL_LINE_MAX_CHARS)]] = Field(
+        default_factory=list, max_length=LOG_TAIL_MAX_LINES
+    )
 
 
 Tasks.HOST_START_REPLICA = (
@@ -283,12 +472,26 @@ class LogBatch(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    node: str
-    replica_id: int
-    generation: int = Field(..., ge=0)
-    run: int = Field(..., ge=0)
+    node: str = Field(..., pattern=NODE_NAME)
+    replica_id: Annotated[int, Field(ge=0, le=2**63 - 1)]
+    generation: Count
+    run: Count
     file: str = Field(..., max_length=200)
-    first_line_no: int = Field(..., ge=1)  # 1-based within the run
-    lines: list[str] = Field(..., max_length=1000)
+    first_line_no: Annotated[int, Field(ge=1, le=MAX_ID)]  # 1-based within the run
+    # each line at most LOG_LINE_MAX_CHARS, all together at most LOG_BATCH_MAX_CHARS: the
+    # shipper cuts longer lines with a marker and splits batches (workers/engine/shipper.py)
+    lines: list[Annotated[str, Field(max_length=LOG_LINE_MAX_CHARS)]] = Field(
+        ..., max_length=LOG_BATCH_MAX_LINES
+    )
     gap: bool = False  # bytes before these lines were lost (log cut or rotated away)
     sent_at: datetime | None = None
+
+    @model_validator(mode="after")
+    def _total_size(self) -> LogBatch:
+        total = sum(map(len, self.lines))
+        if total > LOG_BATCH_MAX_CHARS:
+            raise ValueError(f"lines: at most {LOG_BATCH_MAX_CHARS} characters in all, got {total}")
+        return self
+
+
+Heartbeat.model_rebuild()  # its engines are EngineReports, defined after it

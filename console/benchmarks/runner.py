@@ -196,13 +196,23 @@ def prompt_text(rng: random.Random, words: int) -> str:
     return " ".join(rng.choices(WORDS, k=max(1, words)))
 
 
-async def tokens_per_word(client: httpx.AsyncClient, base_url: str, model: str) -> float:
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The engine key as vLLM wants it (its /v1 answers 401 without it)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+async def tokens_per_word(
+    client: httpx.AsyncClient, base_url: str, model: str, headers: dict[str, str] | None = None
+) -> float:
     """Ask the engine's tokenizer (vLLM's POST /tokenize) how many tokens a word of our prompts
     costs, so prompts land near the asked length; 1.0 when the engine cannot say."""
     sample = prompt_text(random.Random(0), 200)
     try:
         resp = await client.post(
-            f"{base_url}/tokenize", json={"model": model, "prompt": sample}, timeout=10
+            f"{base_url}/tokenize",
+            json={"model": model, "prompt": sample},
+            headers=headers,
+            timeout=10,
         )
         count = int(resp.json()["count"]) if resp.status_code == 200 else 0
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
@@ -211,7 +221,12 @@ async def tokens_per_word(client: httpx.AsyncClient, base_url: str, model: str) 
 
 
 async def one_request(
-    client: httpx.AsyncClient, base_url: str, body: dict, rec: Recorder, timeout: float
+    client: httpx.AsyncClient,
+    base_url: str,
+    body: dict,
+    rec: Recorder,
+    timeout: float,
+    headers: dict[str, str] | None = None,
 ) -> None:
     """Send one streamed completion; record it as done, failed or cut off."""
     rec.started()
@@ -221,7 +236,7 @@ async def one_request(
     usage = None
     try:
         async with client.stream(
-            "POST", f"{base_url}/v1/completions", json=body, timeout=timeout
+            "POST", f"{base_url}/v1/completions", json=body, headers=headers, timeout=timeout
         ) as resp:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")[:200]
@@ -256,12 +271,22 @@ async def one_request(
 
 
 class LoadRun:
-    """One load test against one or more base URLs (requests go round-robin)."""
+    """One load test against one or more base URLs (requests go round-robin). api_keys: the
+    engine key of each target, in the same order (None: send none)."""
 
-    def __init__(self, params: LoadParams, base_urls: list[str]) -> None:
+    def __init__(
+        self,
+        params: LoadParams,
+        base_urls: list[str],
+        api_keys: list[str | None] | None = None,
+    ) -> None:
         if not base_urls:
             raise ValueError("no target to send requests to")
+        keys = list(api_keys) if api_keys is not None else [None] * len(base_urls)
+        if len(keys) != len(base_urls):
+            raise ValueError("one api key per target")
         self.params, self.base_urls = params, base_urls
+        self._headers = [auth_headers(k) for k in keys]
         self.recorder = Recorder()
         self.words_per_prompt = params.prompt_tokens
         self.error: BaseException | None = None
@@ -297,7 +322,7 @@ class LoadRun:
         cap = p.concurrency or MAX_IN_FLIGHT
         limits = httpx.Limits(max_connections=cap, max_keepalive_connections=cap)
         async with httpx.AsyncClient(limits=limits, timeout=p.request_timeout_s) as client:
-            ratio = await tokens_per_word(client, self.base_urls[0], p.model)
+            ratio = await tokens_per_word(client, self.base_urls[0], p.model, self._headers[0])
             self.words_per_prompt = max(1, int(p.prompt_tokens / ratio))
             self.recorder = Recorder()  # the clock starts with the first request
             rng = random.Random(p.seed)
@@ -318,9 +343,16 @@ class LoadRun:
                     "stream": True,
                     "stream_options": {"include_usage": True},
                 }
-                url = self.base_urls[n % len(self.base_urls)]
+                i = n % len(self.base_urls)
                 task = asyncio.create_task(
-                    one_request(client, url, body, self.recorder, p.request_timeout_s)
+                    one_request(
+                        client,
+                        self.base_urls[i],
+                        body,
+                        self.recorder,
+                        p.request_timeout_s,
+                        self._headers[i],
+                    )
                 )
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -13,9 +12,10 @@ from console.accounts.models import Role
 from console.accounts.services import Actor, check_role, record
 from console.benchmarks.models import ACTIVE, METRICS, RUN_TRANSITIONS, BenchmarkRun, RunStatus
 from console.benchmarks.runner import LoadParams, LoadRun
-from console.deployments.models import Deployment, Replica, ReplicaState
+from console.deployments.models import Deployment, Replica, ReplicaState, engine_api_key
 from console.deployments.services import SPEC_FIELDS, get_deployment
 from console.errors import Conflict, Invalid, NotFound
+from workers.contracts import JOBS_QUEUE
 from workers.engine.argv import redact_argv, redact_env
 
 log = logging.getLogger(__name__)
@@ -60,18 +60,15 @@ def get_run(run_id: int) -> BenchmarkRun:
 def ready_replicas(dep: Deployment) -> list[Replica]:
     return list(
         dep.replica_set.filter(state=ReplicaState.READY, port__isnull=False)
-        .select_related("node")
+        .select_related("node", "deployment")
         .order_by("index")
     )
 
 
-def replica_base_url(replica: Replica) -> str:
-    """Where the console reaches a replica's OpenAI server (as the try-a-prompt feature does):
-    CPU engines listen on the host's loopback, NPU engines on every interface."""
-    node = replica.node
-    host = "127.0.0.1" if replica.deployment.device == "cpu" or node is None else None
-    host = host or node.address or node.hostname
-    return f"http://{host}:{replica.port}"
+def replica_base_url(replica: Replica) -> str | None:
+    """Where the console reaches a replica's OpenAI server: Replica.base_url (the node's IP
+    address, loopback for CPU engines), None when its node reports no usable address."""
+    return replica.base_url
 
 
 def engine_snapshot(dep: Deployment) -> dict:
@@ -132,7 +129,7 @@ def _dispatch(run_id: int) -> None:
     app.send_task(
         "benchmarks.execute",
         args=[run_id],
-        queue=settings.CELERY_TASK_DEFAULT_QUEUE,
+        queue=JOBS_QUEUE,  # its own worker: a run holds a slot for minutes
         ignore_result=True,
     )
 
@@ -167,11 +164,12 @@ def execute_run(run_id: int) -> str:
     Progress and a heartbeat are written every TICK_S; results are kept also for a cancel.
     """
     run = get_run(run_id)
-    replicas = ready_replicas(run.deployment)
+    replicas = [r for r in ready_replicas(run.deployment) if replica_base_url(r) is not None]
     now = timezone.now()
     if not replicas:
         transition(run_id, RunStatus.FAILED, reason="no ready replica when the run started")
         return "failed"
+    # The targets are stored and shown; the engine keys are not (they go with the requests).
     targets = [
         {"replica": r.pk, "index": r.index, "node": r.node.name if r.node else None}
         | {"url": replica_base_url(r), "generation": r.generation}
@@ -190,7 +188,8 @@ def execute_run(run_id: int) -> str:
         model=run.deployment.served_model_name,
         **{k: getattr(run, k) for k in PARAM_FIELDS},
     )
-    load = LoadRun(params, [t["url"] for t in targets]).start()
+    keys = [engine_api_key(r.pk) for r in replicas]
+    load = LoadRun(params, [t["url"] for t in targets], keys).start()
     status = _watch(run_id, load)
     return _finish(run_id, load, status)
 

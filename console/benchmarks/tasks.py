@@ -1,4 +1,5 @@
-"""Console-side tasks of benchmark runs (queue `console`). Thin: the logic is in services."""
+"""Console-side tasks of benchmark runs (execute: queue `console.jobs`; sweep: beat, queue
+`console`). Thin: the logic is in services."""
 
 from __future__ import annotations
 

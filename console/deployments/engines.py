@@ -10,11 +10,19 @@ from django.db import transaction
 from pydantic import ValidationError
 
 from console.deployments import scheduler
-from console.deployments.models import Replica, ReplicaState
+from console.deployments.models import Replica, ReplicaState, engine_api_key
 from console.deployments.services import transition_replica
 from console.diagnosis.incidents import open_incident_for_replica
 from console.hot import get_redis
-from workers.contracts import EnginePhase, EngineReport, EngineSpec, Tasks, host_queue
+from workers.contracts import (
+    MAX_ENGINES,
+    EnginePhase,
+    EngineReport,
+    EngineSpec,
+    Tasks,
+    describe,
+    fit_metrics,
+)
 
 log = logging.getLogger(__name__)
 PHASE_TO_STATE = {
@@ -36,12 +44,24 @@ def series_key(replica_id: int) -> str:
     return f"npc:engine-series:{replica_id}"
 
 
+def _chart_point(raw: bytes) -> dict | None:
+    """One stored point: its time as `ts` and its finite non-negative numbers; None when
+    unreadable (skipped: a bad point must not fail the page)."""
+    try:
+        doc = json.loads(raw)
+        ts = int(datetime.fromisoformat(doc["at"]).timestamp())
+    except (ValueError, TypeError, KeyError, OverflowError):
+        return None
+    return {**fit_metrics(doc), "ts": ts}
+
+
 def engine_charts(replica_id: int) -> list[dict]:
     """The replica's last hour from heartbeats: tokens/s, running/waiting, KV cache %, TTFT."""
-    points = [json.loads(p) for p in get_redis().lrange(series_key(replica_id), 0, -1)]
+    raws = get_redis().lrange(series_key(replica_id), 0, -1)
+    points = [p for p in map(_chart_point, raws) if p is not None]
     if len(points) < 2:
         return []
-    xs = [int(datetime.fromisoformat(p["at"]).timestamp()) for p in points]
+    xs = [p["ts"] for p in points]
     gen = [p.get("generation_tokens_total") or 0 for p in points]
     rate = [None] + [
         max(0.0, (gen[i] - gen[i - 1]) / max(1, xs[i] - xs[i - 1])) for i in range(1, len(xs))
@@ -84,6 +104,8 @@ def metrics_key(replica_id: int) -> str:
 
 
 def build_spec(replica: Replica) -> EngineSpec:
+    """The spec dispatched to the replica's agent. It carries the replica's engine key:
+    dispatch it, never show or log it (EngineSpec keeps it out of its repr)."""
     dep = replica.deployment
     chips = sorted(
         (a.accelerator for a in replica.allocations.select_related("accelerator")),
@@ -92,6 +114,7 @@ def build_spec(replica: Replica) -> EngineSpec:
     return EngineSpec(
         replica_id=replica.pk,
         generation=replica.generation,
+        node=replica.node.name if replica.node else None,
         deployment=dep.name,
         model_path=dep.model_path,
         served_model_name=dep.served_model_name,
@@ -113,18 +136,15 @@ def build_spec(replica: Replica) -> EngineSpec:
         trust_remote_code=dep.trust_remote_code,
         extra_args=list(dep.extra_args),
         extra_env=dict(dep.extra_env),
+        api_key=engine_api_key(replica.pk),  # the engine refuses /v1 without it
     )
 
 
 def send_on_commit(task: str, args: list, node_name: str) -> None:
-    """Send a host task to the node's queue once the current transaction commits."""
+    """Send a signed command to the node's agent once the current transaction commits."""
+    from console.inventory.commands import send_on_commit as send
 
-    def send():
-        from console.celery import app
-
-        app.send_task(task, args=args, queue=host_queue(node_name), ignore_result=True)
-
-    transaction.on_commit(send)
+    send(node_name, task, args)
 
 
 def dispatch_start(replica: Replica) -> None:
@@ -139,12 +159,14 @@ def dispatch_stop(node_name: str, replica_id: int, generation: int | None) -> No
     send_on_commit(Tasks.HOST_STOP_REPLICA, [replica_id, generation], node_name)
 
 
-def apply_report(payload: dict) -> Replica | None:
-    """Apply an agent's engine report to its replica (idempotent; stale generations ignored)."""
+def apply_report(payload: dict, *, node: str) -> Replica | None:
+    """Apply an engine report of `node` (the identity its signature proved) to its replica:
+    only a replica placed on that node is changed (NodeRestriction); for any other the node is
+    only asked to stop the engine. Idempotent; stale generations ignored."""
     try:
-        report = EngineReport.model_validate(payload)
+        report = EngineReport.model_validate({**payload, "node": node})
     except ValidationError as exc:
-        log.warning("engine report refused: %s", exc.errors()[0].get("msg"))
+        log.warning("engine report from %s refused: %s", node, describe(exc))
         return None
     with transaction.atomic():
         replica = (
@@ -236,10 +258,58 @@ def on_failure(replica: Replica, report: EngineReport) -> None:
 
 
 def engine_metrics(replica_ids: list[int]) -> dict[int, dict]:
+    """{replica id: {"at": ISO time or None, metric: value}} from the last scrapes. Whatever is
+    in Redis, never raises: an unreadable entry is skipped and a value that is not a finite,
+    non-negative number left out (logged), so pages and the gateway's routing only see
+    numbers."""
     if not replica_ids:
         return {}
     values = get_redis().mget([metrics_key(i) for i in replica_ids])
-    return {i: json.loads(v) for i, v in zip(replica_ids, values, strict=True) if v}
+    found = {}
+    for replica_id, raw in zip(replica_ids, values, strict=True):
+        if raw:
+            doc = _metrics_doc(replica_id, raw)
+            if doc is not None:
+                found[replica_id] = doc
+    return found
+
+
+def _metrics_doc(replica_id: int, raw: bytes) -> dict | None:
+    try:
+        doc = json.loads(raw)
+    except ValueError:  # also UnicodeDecodeError
+        doc = None
+    if not isinstance(doc, dict):
+        log.warning("ignoring unreadable metrics of replica %s in Redis", replica_id)
+        return None
+    at = doc.pop("at", None)
+    metrics = fit_metrics(doc)
+    if len(metrics) != len(doc):
+        log.warning("ignoring bad metric values of replica %s in Redis", replica_id)
+    return {"at": at if isinstance(at, str) else None, **metrics}
+
+
+def engine_reports(node: str, raw: bytes) -> list[EngineReport]:
+    """The reports kept under `npc:engines:<node>` (console/inventory/heartbeats.py), each
+    validated again as that node's. Whatever is in Redis, never raises: an entry that does
+    not validate is skipped and logged."""
+    try:
+        entries = json.loads(raw)
+    except ValueError:
+        entries = None
+    if not isinstance(entries, list):
+        log.warning("ignoring unreadable engine reports of %s in Redis", node)
+        return []
+    reports = []
+    for entry in entries[:MAX_ENGINES]:
+        if not isinstance(entry, dict):
+            log.warning("skipping an engine report of %s in Redis: not an object", node)
+            continue
+        try:
+            reports.append(EngineReport.model_validate({**entry, "node": node}))
+        except ValidationError as exc:
+            log.warning("skipping an engine report of %s in Redis: %s", node, describe(exc))
+    return reports
 
 
 def now() -> datetime:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from console.inventory.models import Accelerator, Node
 
@@ -135,6 +138,37 @@ REPLICA_TRANSITIONS: dict[str, set[str]] = {
         S.PENDING,
     },
 }
+
+
+def engine_api_key(replica_id: int) -> str:
+    """The key a replica's engine requires on /v1 (EngineSpec.api_key, VLLM_API_KEY there).
+    Derived from SECRET_KEY, never stored: every console process (web, gateway, worker)
+    computes the same one without a database read. Rotating SECRET_KEY changes every key:
+    running engines then refuse the console until restarted with a new spec."""
+    return salted_hmac("npc.engine-api-key", str(replica_id), algorithm="sha256").hexdigest()
+
+
+def engine_url(address: str, port: int | None) -> str | None:
+    """http://<ip>:<port> from a reported address and an allocated port, or None when either
+    is not what an engine listens on: the address must be one IP address (IPv6 bracketed,
+    no zone, not a wildcard or multicast), the port an int in 1024..65535. Nothing of the
+    node's text reaches the URL but the parsed address, so a node that reports
+    "127.0.0.1:9/evil?x=" or a hostname gets no upstream."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
+        return None
+    text = (address or "").strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if ip.is_unspecified or ip.is_multicast or getattr(ip, "scope_id", None):
+        return None
+    host = f"[{ip.compressed}]" if ip.version == 6 else ip.compressed
+    return f"http://{host}:{port}"
+
+
 ACTIVE_STATES = [s for s in ReplicaState if s not in (S.STOPPED, S.PENDING)]
 HOLDS_NPUS = [s for s in ReplicaState if s not in (S.STOPPED, S.PENDING)]
 
@@ -178,16 +212,14 @@ class Replica(models.Model):
 
     @property
     def base_url(self) -> str | None:
-        """Where the console reaches this replica's OpenAI server. CPU engines are the local
-        test/demo kind and listen on loopback only (see engines.build_spec)."""
+        """Where the console reaches this replica's OpenAI server, or None (no upstream: the
+        replica is skipped). NPU engines: the node's reported address, which must be an IP
+        address (see engine_url; never the hostname). CPU engines are the local test/demo
+        kind and listen on loopback only (see engines.build_spec)."""
         if self.node is None or self.port is None:
             return None
-        host = (
-            "127.0.0.1"
-            if self.deployment.device == "cpu"
-            else (self.node.address or self.node.hostname)
-        )
-        return f"http://{host}:{self.port}"
+        address = "127.0.0.1" if self.deployment.device == "cpu" else self.node.address
+        return engine_url(address, self.port)
 
     @property
     def npu_list(self) -> list[int]:

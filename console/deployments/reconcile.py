@@ -59,10 +59,10 @@ def _latest() -> dict:
 
 def repair_from_heartbeats() -> int:
     """Apply what agents' heartbeats say about engines when it differs from the database:
-    a report lost in transit is corrected within one reconcile pass."""
-    import json
-
-    from console.deployments.engines import PHASE_TO_STATE, apply_report
+    a report lost in transit is corrected within one reconcile pass. Each node's view is read
+    from its own key and applied as that node's; an entry that does not validate (whatever
+    was planted in Redis) is skipped and logged, never raised (engines.engine_reports)."""
+    from console.deployments.engines import PHASE_TO_STATE, apply_report, engine_reports
     from console.hot import get_redis
     from console.inventory.heartbeats import engines_key
 
@@ -73,20 +73,21 @@ def repair_from_heartbeats() -> int:
         blobs = get_redis().mget([engines_key(n) for n in names])
     except Exception:  # noqa: BLE001 - Redis down: nothing to repair from
         return 0
-    reports = [r for blob in blobs if blob for r in json.loads(blob)]
-    states = dict(
-        Replica.objects.filter(pk__in=[r["replica_id"] for r in reports]).values_list("pk", "state")
-    )
-    gens = dict(Replica.objects.filter(pk__in=states).values_list("pk", "generation"))
+    reports = [
+        r
+        for name, blob in zip(names, blobs, strict=True)
+        if blob
+        for r in engine_reports(name, blob)
+    ]
+    known = Replica.objects.filter(pk__in={r.replica_id for r in reports})
+    current = {
+        pk: (state, gen) for pk, state, gen in known.values_list("pk", "state", "generation")
+    }
     repaired = 0
     for r in reports:
-        rid = r["replica_id"]
-        if (
-            rid in states
-            and gens[rid] == r["generation"]
-            and PHASE_TO_STATE.get(r["phase"]) != states[rid]
-        ):
-            repaired += apply_report(r) is not None
+        state, generation = current.get(r.replica_id, (None, None))
+        if generation == r.generation and PHASE_TO_STATE.get(r.phase) != state:
+            repaired += apply_report(r.model_dump(mode="json"), node=r.node) is not None
     return repaired
 
 

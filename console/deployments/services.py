@@ -74,22 +74,19 @@ def inspect_node(spec: dict) -> Node:
 
 
 def inspect_model(node: Node, path: str, timeout: float = 20.0) -> dict:
-    """Ask the node's agent to read the model directory (task host.model_inspect)."""
-    from celery.exceptions import TimeoutError as CeleryTimeout
+    """Ask the node's agent to read the model directory (command host.model_inspect)."""
+    from console.inventory.commands import NoAnswer, call
+    from workers.contracts import Tasks
 
-    from console.celery import app
-    from workers.contracts import Tasks, host_queue
-
-    result = app.send_task(
-        Tasks.HOST_MODEL_INSPECT, args=[path], queue=host_queue(node.name), expires=timeout
-    )
     try:
-        info = result.get(timeout=timeout)
-    except CeleryTimeout:
+        info = call(node.name, Tasks.HOST_MODEL_INSPECT, [path], timeout=timeout)
+    except NoAnswer:
         raise Invalid(
             f"the agent on {node.name} did not answer the model inspection within {timeout:g}s",
             field="model_path",
         ) from None
+    if not isinstance(info, dict):
+        raise Invalid(f"the agent on {node.name} answered nonsense", field="model_path")
     if not info.get("ok"):
         raise Invalid(
             f"{info.get('error') or 'cannot read the model'} (on {node.name})", field="model_path"

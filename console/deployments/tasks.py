@@ -15,11 +15,9 @@ def reconcile() -> dict:
     return run()
 
 
-@shared_task(name=Tasks.ENGINE_REPORT, ignore_result=True, acks_late=True)
-def engine_report(payload: dict) -> None:
-    """Apply an agent's engine report. Idempotent (a transition applied twice is one event;
-    stale generations and older reports are ignored), so acks_late: a worker killed mid-task
-    leaves the report to be delivered again, never lost."""
-    from console.deployments.engines import apply_report
+@shared_task(name=Tasks.ENGINE_REPORT, ignore_result=True)
+def engine_report(payload: object = None) -> None:
+    """The old, unauthenticated path (agents before 0.2): refused, counted and logged."""
+    from console.inventory.inbox import refuse_legacy
 
-    apply_report(payload)
+    refuse_legacy(Tasks.ENGINE_REPORT)

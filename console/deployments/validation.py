@@ -44,6 +44,7 @@ ENV_FORBIDDEN = {
     "ASCEND_RT_VISIBLE_DEVICES",
     "HF_TOKEN",
     "HF_HUB_OFFLINE",
+    "VLLM_API_KEY",  # the replica's engine key, set by the console (models.engine_api_key)
 }
 # Flags the console sets from fields: giving them in extra_args would contradict the spec.
 MANAGED_FLAGS = {
@@ -138,6 +139,11 @@ def check_extra_args(args: list[str]) -> list[str]:
             )
         if arg.startswith("-"):
             name = arg.split("=", 1)[0]
+            if name == "--api-key":
+                raise Invalid(
+                    "--api-key is set by the console: each replica's engine gets its own key",
+                    field=field,
+                )
             if name in MANAGED_FLAGS:
                 raise Invalid(
                     f"{name} is set by the field {MANAGED_FLAGS[name]!r}; set it there", field=field

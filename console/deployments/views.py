@@ -15,11 +15,14 @@ from console.accounts.services import actor_from_request
 from console.deployments import services
 from console.deployments.engines import engine_charts, engine_metrics
 from console.deployments.forms import parse_form
-from console.deployments.models import Deployment, Replica, ReplicaState
+from console.deployments.models import Deployment, Replica, ReplicaState, engine_api_key
 from console.errors import DomainError
 from console.inventory.models import Node
 from console.pagination import page_of
 
+# An engine is on our own network: an HTTP_PROXY in the console's environment must not get
+# the request (nor the engine key it carries).
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 LIST_FIELDS = (
     "name",
     "served_model_name",
@@ -157,22 +160,28 @@ def deployment_action(request, name: str, action: str):
 def try_prompt(request, name: str):
     """Send a real completion to a ready replica and show the answer and its latency."""
     dep = get_object_or_404(Deployment, name=name)
-    replica = dep.replica_set.filter(state=ReplicaState.READY).select_related("node").first()
+    ready = dep.replica_set.filter(state=ReplicaState.READY).select_related("node", "deployment")
+    replica = next((r for r in ready if r.base_url is not None), None)
     context: dict = {"prompt": request.POST.get("prompt", "")[:2000]}
     if replica is None:
-        context["error"] = "no replica is ready"
+        context["error"] = "no replica is ready" + (
+            " at a usable address (its node reports no IP address)" if ready else ""
+        )
         return render(request, "deployments/detail.html#answer", context)
     body = json.dumps(
         {"model": dep.served_model_name, "prompt": context["prompt"], "max_tokens": 32}
     ).encode()
-    req = urllib.request.Request(  # noqa: S310 - our own engine's address
+    req = urllib.request.Request(  # noqa: S310 - base_url is http://<ip>:<port>, built by us
         f"{replica.base_url}/v1/completions",
         data=body,
-        headers={"Content-Type": "application/json"},
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {engine_api_key(replica.pk)}",
+        },
     )
     start = time.perf_counter()
     try:
-        with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - our own engine's address
+        with _NO_PROXY.open(req, timeout=60) as resp:
             answer = json.loads(resp.read())
         context["answer"] = answer["choices"][0]["text"]
         context["usage"] = answer.get("usage", {})
@@ -186,10 +195,8 @@ def try_prompt(request, name: str):
 @role_required("viewer")
 def replica_log(request, name: str, replica_id: int):
     """htmx: the last lines of a replica's current log, read from its host (task host.log_tail)."""
-    from celery.exceptions import TimeoutError as CeleryTimeout
-
-    from console.celery import app
-    from workers.contracts import Tasks, host_queue
+    from console.inventory.commands import NoAnswer, call
+    from workers.contracts import Tasks
 
     replica = get_object_or_404(
         Replica.objects.select_related("node"), pk=replica_id, deployment__name=name
@@ -198,16 +205,13 @@ def replica_log(request, name: str, replica_id: int):
     if replica.node is None:
         context["log_error"] = "the replica is not placed on a node"
     else:
-        result = app.send_task(
-            Tasks.HOST_LOG_TAIL,
-            args=[replica.pk, -32768, 32768],
-            queue=host_queue(replica.node.name),
-            expires=10,
-        )
         try:
-            tail = result.get(timeout=5)
-            context["log_lines"] = (tail.get("text") or "").splitlines()[-200:]
+            tail = call(
+                replica.node.name, Tasks.HOST_LOG_TAIL, [replica.pk, -32768, 32768], timeout=5
+            )
+            tail = tail if isinstance(tail, dict) else {}
+            context["log_lines"] = str(tail.get("text") or "").splitlines()[-200:]
             context["log_path"] = tail.get("path")
-        except CeleryTimeout:
+        except NoAnswer:
             context["log_error"] = f"the agent on {replica.node.name} did not answer within 5 s"
     return render(request, "deployments/detail.html#replica_log", context)

@@ -3,7 +3,8 @@
 Settings are read at call time from INCIDENT_WEBHOOK_URL and INCIDENT_WEBHOOK_SECRET (env or
 `*_FILE`). The body is signed with HMAC-SHA256 and sent as
 `X-NPU-Console-Signature: sha256=<hex>`. Delivery runs in the Celery task
-"diagnosis.send_webhook", dispatched after the transaction commits.
+"diagnosis.send_webhook" on queue `console.jobs` (retries stay there), dispatched after the
+transaction commits.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.db import transaction
 from django.urls import reverse
 
 from console import env
+from workers.contracts import JOBS_QUEUE
 
 SIGNATURE_HEADER = "X-NPU-Console-Signature"
 TIMEOUT_S = 10
@@ -89,6 +91,9 @@ def dispatch(incident_id: int, event: str) -> None:
 
     transaction.on_commit(
         lambda: app.send_task(
-            "diagnosis.send_webhook", args=[incident_id, event], queue="console", ignore_result=True
+            "diagnosis.send_webhook",
+            args=[incident_id, event],
+            queue=JOBS_QUEUE,
+            ignore_result=True,
         )
     )

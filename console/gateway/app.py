@@ -33,6 +33,8 @@ from .routing import Router, Upstream
 
 log = logging.getLogger("console.gateway")
 
+# The client's own Authorization (its console token) is never forwarded: only these headers
+# are, and each upstream request carries the replica's engine key instead (_upstream_headers).
 MAX_BODY = 8 * 1024 * 1024
 MAX_TRIES = 3
 RETRY_STATUS = {502, 503}
@@ -201,7 +203,10 @@ async def forward(request: Request) -> Response:
         try:
             upstream = await client().send(
                 client().build_request(
-                    "POST", up.url + request.url.path, content=body, headers=headers
+                    "POST",
+                    up.url + request.url.path,
+                    content=body,
+                    headers=_upstream_headers(headers, up),
                 ),
                 stream=True,
             )
@@ -255,6 +260,11 @@ async def forward(request: Request) -> Response:
         media_type="text/event-stream",
         headers={**reply_headers, "cache-control": "no-cache", "x-accel-buffering": "no"},
     )
+
+
+def _upstream_headers(headers: dict[str, str], up: Upstream) -> dict[str, str]:
+    """The forwarded headers plus the replica's engine key (vLLM refuses /v1 without it)."""
+    return {**headers, "authorization": f"Bearer {up.api_key}"} if up.api_key else headers
 
 
 async def _relay(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from asgiref.sync import sync_to_async
 
 REFRESH_S = 1.0
+LOAD_MAX = 1e9  # requests: more than any engine holds
 DOWN_S = 5.0  # a replica that refused a connection is tried last for this long
 
 
@@ -27,6 +29,7 @@ class Upstream:
     name: str  # deployment/index, for logs and headers
     url: str
     scraped_load: float
+    api_key: str = field(default="", repr=False)  # the replica's engine key, sent upstream
 
 
 @dataclass
@@ -36,9 +39,26 @@ class Table:
     known_models: frozenset[str] = frozenset()
 
 
+def scraped_load(metrics: dict) -> float:
+    """Running + waiting requests of a replica's last scrape. Never raises: a value that is
+    not a finite, non-negative number counts as 0 (a bad value in Redis must not fail every
+    route), and the load is capped so that two huge values do not add up to infinity."""
+    load = 0.0
+    for key in ("num_requests_running", "num_requests_waiting"):
+        value = metrics.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except OverflowError:
+                continue
+            if math.isfinite(number) and number > 0:
+                load += min(number, LOAD_MAX)
+    return load
+
+
 def _read_table() -> Table:
     from console.deployments.engines import engine_metrics
-    from console.deployments.models import Deployment, Replica, ReplicaState
+    from console.deployments.models import Deployment, Replica, ReplicaState, engine_api_key
 
     replicas = list(
         Replica.objects.filter(state=ReplicaState.READY, node__isnull=False, port__isnull=False)
@@ -48,10 +68,13 @@ def _read_table() -> Table:
     metrics = engine_metrics([r.pk for r in replicas])
     by_model: dict[str, list[Upstream]] = {}
     for r in replicas:
+        url = r.base_url
+        if url is None:  # its node reports no usable address: no upstream to send to
+            continue
         m = metrics.get(r.pk, {})
-        load = float(m.get("num_requests_running") or 0) + float(m.get("num_requests_waiting") or 0)
+        load = scraped_load(m)
         by_model.setdefault(r.deployment.served_model_name, []).append(
-            Upstream(r.pk, f"{r.deployment.name}/{r.index}", r.base_url, load)
+            Upstream(r.pk, f"{r.deployment.name}/{r.index}", url, load, engine_api_key(r.pk))
         )
     known = frozenset(Deployment.objects.values_list("served_model_name", flat=True))
     return Table(time.monotonic(), by_model, known)

@@ -1,6 +1,12 @@
 from django.contrib import admin
 
-from console.inventory.models import Accelerator, EnrollmentToken, Node, NodeCheckRun
+from console.inventory.models import (
+    Accelerator,
+    EnrollmentToken,
+    Node,
+    NodeCheckRun,
+    NodeCredential,
+)
 
 
 class AcceleratorInline(admin.TabularInline):
@@ -56,3 +62,18 @@ class NodeCheckRunAdmin(admin.ModelAdmin):
     list_display = ["node", "trigger", "requested_by", "requested_at", "status"]
     list_filter = ["status", "trigger"]
     readonly_fields = ["results"]
+
+
+@admin.register(NodeCredential)
+class NodeCredentialAdmin(admin.ModelAdmin):
+    """Read-only: credentials are issued by enrollment and changed by the node page's
+    services (rotate, revoke), which audit each change and update Redis."""
+
+    list_display = ["node", "fingerprint", "issued_at", "last_used_at", "revoked_at"]
+    search_fields = ["node__name", "fingerprint"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -9,7 +9,7 @@ from ninja.pagination import paginate
 
 from console.accounts.models import Role
 from console.accounts.services import actor_from_request, check_role
-from console.inventory import checks, enrollment, services
+from console.inventory import checks, enrollment, identity, services
 from console.inventory.models import (
     Accelerator,
     EnrollmentToken,
@@ -21,12 +21,16 @@ from console.inventory.models import (
 from console.inventory.schemas import (
     AcceleratorOut,
     CheckRunOut,
+    CredentialRevokeIn,
+    CredentialsRevokedOut,
     EnrollmentCreatedOut,
     EnrollmentIn,
     EnrollmentOut,
     IsolationIn,
     LabelsIn,
+    NodeCredentialOut,
     NodeDetailOut,
+    NodeIdentityOut,
     NodeOut,
     NodeStateIn,
     ReleaseIn,
@@ -95,6 +99,12 @@ def set_state(request, name: str, payload: NodeStateIn):
     )
 
 
+@router.post("/nodes/{name}/address/accept", response=NodeOut)
+def accept_address(request, name: str):
+    """Make the node's pending address (a change its agent reported) its address (admin)."""
+    return services.accept_node_address(actor=actor_from_request(request), name=name)
+
+
 @router.get("/accelerators", response=list[AcceleratorOut])
 @paginate(LimitOffsetPagination)
 def list_accelerators(request, filters: Query[AcceleratorFilters]):
@@ -157,7 +167,11 @@ def list_enrollment_tokens(request):
 @router.post("/enrollment-tokens", response={201: EnrollmentCreatedOut})
 def create_enrollment_token(request, payload: EnrollmentIn):
     token, raw = enrollment.create_enrollment_token(
-        actor=actor_from_request(request), name=payload.name, expires_at=payload.expires_at
+        actor=actor_from_request(request),
+        name=payload.name,
+        expires_at=payload.expires_at,
+        max_uses=payload.max_uses,
+        node_pattern=payload.node_pattern,
     )
     token.token = raw
     return Status(201, token)
@@ -166,3 +180,41 @@ def create_enrollment_token(request, payload: EnrollmentIn):
 @router.post("/enrollment-tokens/{token_id}/revoke", response=EnrollmentOut)
 def revoke_enrollment_token(request, token_id: int):
     return enrollment.revoke_enrollment_token(actor=actor_from_request(request), token_id=token_id)
+
+
+# --- node identity (admin): credentials, rotation, revocation, re-enrollment -----------------
+def _identity(node: Node) -> dict:
+    return {
+        "node": node.name,
+        "reenroll_allowed": node.reenroll_allowed,
+        "credentials": identity.credentials_of(node),
+    }
+
+
+@router.get("/nodes/{name}/credentials", response=NodeIdentityOut)
+def list_credentials(request, name: str):
+    """The node's credentials (fingerprints, never keys) and whether it may enroll again."""
+    check_role(actor_from_request(request), Role.ADMIN)
+    return _identity(services.get_node(name))
+
+
+@router.post("/nodes/{name}/credentials/rotate", response=NodeCredentialOut)
+def rotate_credential(request, name: str):
+    """Issue a new credential and send it to the agent; the old one stays valid for a grace
+    period or until the agent first uses the new one. 409 when none is active."""
+    return identity.rotate_credential(actor=actor_from_request(request), name=name)
+
+
+@router.post("/nodes/{name}/credentials/revoke", response=CredentialsRevokedOut)
+def revoke_credential(request, name: str, payload: CredentialRevokeIn):
+    """Cut the node off: every active credential is revoked (its messages refused within a
+    second). It can enroll again only after POST …/reenroll."""
+    actor = actor_from_request(request)
+    revoked = identity.revoke_credential(actor=actor, name=name, reason=payload.reason)
+    return _identity(services.get_node(name)) | {"revoked": revoked}
+
+
+@router.post("/nodes/{name}/reenroll", response=NodeIdentityOut)
+def allow_reenrollment(request, name: str):
+    """Let the node enroll once more with a valid enrollment token (a reinstalled host)."""
+    return _identity(identity.allow_reenrollment(actor=actor_from_request(request), name=name))

@@ -7,13 +7,13 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from console.accounts.models import Role
 from console.accounts.services import Actor, check_role, record
 from console.inventory.models import CheckRunStatus, Node, NodeCheckRun
 from console.inventory.services import get_node
-from workers.contracts import CheckResult, Tasks, host_queue
+from workers.contracts import CheckReport, CheckResult, Tasks, describe
 
 log = logging.getLogger(__name__)
 ANSWER_TIMEOUT = timedelta(seconds=60)
@@ -22,14 +22,6 @@ MAX_CLOCK_SKEW_S = 2.0
 
 class NodeNotRegistered(Exception):
     """A report for a node the console does not know (yet): its first beat may be in flight."""
-
-
-class CheckReport(BaseModel):
-    node: str
-    run_id: int | None = None
-    trigger: str = "on-demand"
-    sent_at: datetime
-    results: list[CheckResult]
 
 
 def request_checks(*, actor: Actor, name: str) -> NodeCheckRun:
@@ -44,15 +36,9 @@ def request_checks(*, actor: Actor, name: str) -> NodeCheckRun:
 
 
 def _dispatch(node: Node, run_id: int) -> None:
-    from console.celery import app
+    from console.inventory.commands import send_command
 
-    app.send_task(
-        Tasks.HOST_RUN_CHECKS,
-        kwargs={"run_id": run_id},
-        queue=host_queue(node.name),
-        ignore_result=True,
-        expires=ANSWER_TIMEOUT.total_seconds(),
-    )
+    send_command(node.name, Tasks.HOST_RUN_CHECKS, [run_id])
 
 
 def clock_skew_check(sent_at: datetime, received_at: datetime) -> CheckResult:
@@ -90,7 +76,7 @@ def store_results(payload: dict, *, received_at: datetime | None = None) -> Node
     try:
         report = CheckReport.model_validate(payload)
     except ValidationError as exc:
-        log.warning("check report refused: %s", exc.errors()[0].get("msg"))
+        log.warning("check report refused: %s", describe(exc))
         return None
     node = Node.objects.filter(name=report.node).first()
     if node is None:

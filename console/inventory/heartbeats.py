@@ -15,25 +15,30 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from console.accounts.services import Actor, record
+from console.accounts.services import Actor
 from console.diagnosis.incidents import chips_reported
 from console.hot import get_redis
-from console.inventory.enrollment import enrollment_token_id
 from console.inventory.live import HOT_C
 from console.inventory.models import Accelerator, Health, Node, NodeStatus
-from console.inventory.services import status_for, transition_node
+from console.inventory.services import (
+    address_allowed,
+    report_node_address,
+    status_for,
+    transition_node,
+)
 from console.telemetry.services import record_heartbeat
-from workers.contracts import Heartbeat
+from workers.contracts import EngineReport, Heartbeat, describe
 
 log = logging.getLogger(__name__)
 SEEN_KEY = "npc:seen"
 STATE_FIELDS = ("id", "status", "static", "chips", "db_at", "hot")
 _node_ids: dict[str, int] = {}  # node name -> id, per process (ids never change)
 DB_BEAT_EVERY_S = 60.0
+_ENGINE_LIST = TypeAdapter(list[EngineReport])
 
 
 class HeartbeatRejected(Exception):
@@ -51,27 +56,39 @@ def _digest(value) -> str:
 
 
 def _static_fields(hb: Heartbeat) -> dict:
+    """The node's host and version facts as stored. The contract caps every value at the
+    length of the column it fills (workers/contracts.py HostInfo), so nothing is cut here.
+    `address` is part of the digest but applied on its own (services.report_node_address)."""
     host, versions = hb.host, hb.versions
     return {
-        "hostname": str(host.get("hostname") or hb.node)[:253],
-        "address": str(host.get("address") or "")[:253],
-        "arch": str(host.get("arch") or "")[:32],
-        "cpu_model": str(host.get("cpu_model") or "")[:200],
-        "cpu_cores": (host.get("cpu_cores") or {}).get("logical"),
-        "memory_mb": host.get("memory_total_mb"),
-        "os": str(host.get("os") or "")[:200],
-        "kernel": str(host.get("kernel") or "")[:100],
-        "npu_driver_version": str(versions.get("npu_driver") or "")[:64],
-        "npu_firmware_version": str(versions.get("npu_firmware") or "")[:64],
-        "cann_version": str(versions.get("cann_toolkit") or "")[:64],
-        "npu_smi_version": str(versions.get("npu_smi") or "")[:64],
-        "agent_version": hb.agent_version[:32],
+        "hostname": host.hostname or hb.node,
+        "address": host.address,
+        "arch": host.arch or "",
+        "cpu_model": host.cpu_model or "",
+        "cpu_cores": host.cpu_cores.logical,
+        "memory_mb": host.memory_total_mb,
+        "os": host.os or "",
+        "kernel": host.kernel or "",
+        "npu_driver_version": versions.get("npu_driver") or "",
+        "npu_firmware_version": versions.get("npu_firmware") or "",
+        "cann_version": versions.get("cann_toolkit") or "",
+        "npu_smi_version": versions.get("npu_smi") or "",
+        "agent_version": hb.agent_version,
         "software": {k: versions.get(k) for k in ("vllm", "vllm_ascend", "torch", "torch_npu")},
         "simulated": hb.simulated,
         "telemetry_ok": hb.telemetry_ok,
-        "telemetry_reason": (hb.telemetry_reason or "")[:300],
-        "log_error": (hb.log_error or "")[:300],
+        "telemetry_reason": hb.telemetry_reason or "",
+        "log_error": hb.log_error or "",
     }
+
+
+def check_address(hb: Heartbeat) -> None:
+    """Raise HeartbeatRejected when the beat reports an address outside NODE_ADDRESS_CIDRS.
+    (Anything that is not an IP address was already refused by the contract.) No I/O."""
+    if not address_allowed(hb.host.address):
+        raise HeartbeatRejected(
+            f"node {hb.node} reported address {hb.host.address}, outside NODE_ADDRESS_CIDRS"
+        )
 
 
 def _chip_inventory(hb: Heartbeat) -> list[dict]:
@@ -101,25 +118,34 @@ def _health(value: str | None) -> str:
     return Health.UNKNOWN
 
 
-def ingest_heartbeat(payload: dict, *, received_at: datetime | None = None) -> int | None:
-    """Apply one heartbeat. Returns the node id, or None when the beat was refused (logged)."""
+def ingest_heartbeat(
+    payload: dict,
+    *,
+    node: str,
+    received_at: datetime | None = None,
+    owned_replicas: set[int] | None = None,
+) -> int | None:
+    """Apply one heartbeat of `node`, the identity its signature proved (console/inventory/
+    inbox.py): the payload's own `node` must be the same. Returns the node id, or None when the
+    beat was refused (logged). `owned_replicas`: the replicas placed on the node; engine
+    metrics of any other replica are not recorded (NodeRestriction)."""
     received_at = received_at or timezone.now()
     try:
         hb = Heartbeat.model_validate(payload)
     except ValidationError as exc:
-        log.warning("heartbeat refused: invalid payload: %s", exc.errors()[0].get("msg"))
+        log.warning("heartbeat from %s refused: invalid payload: %s", node, describe(exc))
         return None
-    token_id = enrollment_token_id(hb.enroll_token, received_at)
-    if token_id is None:
-        log.warning(
-            "heartbeat from %s refused: enrollment token unknown, expired or revoked", hb.node
-        )
-        return None
+    if hb.node != node:
+        raise HeartbeatRejected(f"node {node} sent a heartbeat as {hb.node}")
+    check_address(hb)  # an address outside NODE_ADDRESS_CIDRS: refused before anything is stored
     r = get_redis()
     key = _node_key(hb.node)
     node_id = _node_ids.get(hb.node)
-    if node_id is None:  # first beat seen by this process: find or register the node
-        node_id = int(_load_or_register(hb, token_id, received_at)["id"])
+    if node_id is None:  # first beat seen by this process
+        loaded = _load(hb.node)
+        if loaded is None:
+            raise HeartbeatRejected(f"node {node} is not registered (deleted?): enroll it again")
+        node_id = int(loaded["id"])
         _node_ids[hb.node] = node_id
     # One round trip in steady state: read the cached state while writing the beat.
     pipe = r.pipeline(transaction=False)
@@ -128,12 +154,15 @@ def ingest_heartbeat(payload: dict, *, received_at: datetime | None = None) -> i
     pipe.zadd(SEEN_KEY, {hb.node: received_at.timestamp()})
     record_heartbeat(node_id=node_id, node_name=hb.node, received_at=received_at, hb=hb, pipe=pipe)
     if hb.engines:
-        record_engines(pipe, hb.node, hb.engines)
+        record_engines(pipe, hb.node, hb.engines, owned_replicas)
     values = pipe.execute()[0]
     cached = {f: v.decode() for f, v in zip(STATE_FIELDS, values, strict=True) if v is not None}
     if cached.get("id") != str(node_id):  # state evicted (Redis restart) or node re-created
         _node_ids.pop(hb.node, None)
-        cached = _load_or_register(hb, token_id, received_at)
+        loaded = _load(hb.node)
+        if loaded is None:
+            raise HeartbeatRejected(f"node {node} is not registered (deleted?): enroll it again")
+        cached = loaded
         node_id = int(cached["id"])
         _node_ids[hb.node] = node_id
         updates = {**cached, **_apply_changes(hb, cached, node_id, received_at)}
@@ -148,42 +177,34 @@ def engines_key(node: str) -> str:
     return f"npc:engines:{node}"
 
 
-def record_engines(pipe, node: str, engines: list[dict]) -> None:
-    """The agent's view of its engines: kept hot for the reconcile loop (which repairs any
-    missed report) and each engine's scraped metrics for the pages."""
+def record_engines(
+    pipe, node: str, engines: list[EngineReport], owned: set[int] | None = None
+) -> None:
+    """The agent's view of its engines (validated reports, stored as JSON): kept hot for the
+    reconcile loop (which repairs any missed report) and each engine's scraped metrics for the
+    pages. Metrics are recorded only for the replicas in `owned` (placed on this node) when
+    given: they steer routing."""
     from console.deployments.engines import METRICS_TTL_S, metrics_key
 
-    pipe.set(engines_key(node), json.dumps(engines, default=str), ex=METRICS_TTL_S)
+    pipe.set(engines_key(node), _ENGINE_LIST.dump_json(engines), ex=METRICS_TTL_S)
     for e in engines:
-        if e.get("metrics") and e.get("replica_id"):
+        if owned is not None and e.replica_id not in owned:
+            continue
+        if e.metrics:
             pipe.set(
-                metrics_key(int(e["replica_id"])),
-                json.dumps({"at": e.get("at"), **e["metrics"]}, default=str),
+                metrics_key(e.replica_id),
+                json.dumps({"at": e.at.isoformat(), **e.metrics}),
                 ex=METRICS_TTL_S,
             )
 
 
-def _load_or_register(hb: Heartbeat, token_id: int, now: datetime) -> dict:
-    node = Node.objects.filter(name=hb.node).first()
-    if node is None:
-        try:
-            with transaction.atomic():
-                node = Node.objects.create(
-                    name=hb.node,
-                    status=NodeStatus.ONLINE,
-                    last_heartbeat=now,
-                    enrolled_with_id=token_id,
-                    **_static_fields(hb),
-                )
-                record(
-                    actor=Actor(user=None, name=f"agent {hb.node}", via="agent"),
-                    action="node.register",
-                    obj=node,
-                    message=f"registered by its host agent {hb.agent_version}",
-                )
-        except IntegrityError:  # a concurrent beat registered it first
-            node = Node.objects.get(name=hb.node)
-    return {"id": str(node.pk), "status": node.status, "static": "", "chips": "", "db_at": "0"}
+def _load(name: str) -> dict | None:
+    """The node's cached-state seed from the database (None: not registered). Nodes are
+    registered by enrollment (console/inventory/identity.py), never by a heartbeat."""
+    row = Node.objects.filter(name=name).values_list("pk", "status").first()
+    if row is None:
+        return None
+    return {"id": str(row[0]), "status": row[1], "static": "", "chips": "", "db_at": "0"}
 
 
 def _apply_changes(hb: Heartbeat, cached: dict, node_id: int, now: datetime) -> dict:
@@ -193,6 +214,9 @@ def _apply_changes(hb: Heartbeat, cached: dict, node_id: int, now: datetime) -> 
     static = _static_fields(hb)
     static_digest = _digest(static)
     if cached.get("static") != static_digest:
+        # An address change waits for an admin (once per distinct address: the digest of the
+        # reported facts is cached, so an unchanged pending address costs nothing per beat).
+        report_node_address(node_id=node_id, name=hb.node, address=static.pop("address"))
         node_fields.update(static)
         updates["static"] = static_digest
     chips = _chip_inventory(hb)

@@ -69,7 +69,12 @@ class Node(models.Model):
 
     name = models.SlugField(max_length=63, unique=True, help_text="agent queue is host.<name>")
     hostname = models.CharField(max_length=253)
-    address = models.CharField(max_length=253, blank=True)
+    address = models.CharField(max_length=253, blank=True, help_text="an IP address, or empty")
+    pending_address = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="a changed address the agent reports; an admin accepts it",
+    )
     arch = models.CharField(max_length=32, blank=True, help_text="uname -m: aarch64, x86_64…")
     cpu_model = models.CharField(max_length=200, blank=True)
     cpu_cores = models.PositiveIntegerField(null=True, blank=True)
@@ -103,6 +108,9 @@ class Node(models.Model):
     )
     enrolled_with = models.ForeignKey(
         "EnrollmentToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="nodes"
+    )
+    reenroll_allowed = models.BooleanField(
+        default=False, help_text="an admin let this node name enroll again (once)"
     )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
@@ -187,10 +195,10 @@ class Accelerator(models.Model):
 
 
 class EnrollmentToken(models.Model):
-    """Lets host agents register nodes. Only the hash is stored; the value is shown once.
-
-    Agents send it with every heartbeat: revoking it stops accepting beats from its nodes.
-    """
+    """A bootstrap token: exchanged once by an agent for its node's own credential
+    (NodeCredential). Only the hash is stored; the value is shown once and never travels:
+    the agent proves it holds it (docs/security.md). May be single-use (`max_uses`), limited
+    to node names matching `node_pattern` (a shell glob), and expire."""
 
     name = models.CharField(max_length=100)
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
@@ -201,6 +209,13 @@ class EnrollmentToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    max_uses = models.PositiveIntegerField(
+        null=True, blank=True, help_text="enrollments allowed; empty = unlimited, 1 = single-use"
+    )
+    uses = models.PositiveIntegerField(default=0)
+    node_pattern = models.CharField(
+        max_length=100, blank=True, help_text="node names it may enroll (glob, e.g. rack-b-*)"
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -211,6 +226,34 @@ class EnrollmentToken(models.Model):
     def is_active(self, now=None) -> bool:
         now = now or timezone.now()
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+
+class NodeCredential(models.Model):
+    """A node's own identity, issued at enrollment or rotation. The key is derived from the
+    console's secret and (node, id), never stored: the database holds its fingerprint only.
+
+    A message is accepted when it is signed with the key of an active credential of the node
+    it names; a superseded credential stays valid until `grace_until` (rotation in flight)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="credentials")
+    fingerprint = models.CharField(max_length=32)
+    issued_at = models.DateTimeField(default=timezone.now)
+    issued_via = models.CharField(max_length=150, blank=True)  # "token rack-b", "rotation by ada"
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    grace_until = models.DateTimeField(null=True, blank=True)  # superseded, valid until then
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_reason = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-issued_at"]
+        indexes = [models.Index(fields=["node", "revoked_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.node.name} #{self.pk} {self.fingerprint}"
+
+    def is_active(self, now=None) -> bool:
+        now = now or timezone.now()
+        return self.revoked_at is None and (self.grace_until is None or self.grace_until > now)
 
 
 class CheckRunStatus(models.TextChoices):

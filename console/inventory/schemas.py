@@ -34,6 +34,7 @@ class NodeOut(Schema):
     name: str
     hostname: str
     address: str
+    pending_address: str = Field(..., description="a changed address waiting for an admin")
     arch: str
     cpu_model: str
     cpu_cores: int | None
@@ -91,6 +92,8 @@ class ReleaseIn(Schema):
 class EnrollmentIn(Schema):
     name: str = Field(..., min_length=1, max_length=100)
     expires_at: datetime | None = None
+    max_uses: int | None = Field(None, description="enrollments allowed; 1 = single use")
+    node_pattern: str = Field("", description="node names it may enroll, a glob: rack-b-*")
 
 
 class EnrollmentOut(Schema):
@@ -100,6 +103,9 @@ class EnrollmentOut(Schema):
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
+    max_uses: int | None = Field(..., description="enrollments allowed; null = unlimited")
+    uses: int = Field(..., description="nodes enrolled with it so far")
+    node_pattern: str = Field(..., description="node names it may enroll (glob); empty = any")
     nodes: int
 
     @staticmethod
@@ -109,6 +115,38 @@ class EnrollmentOut(Schema):
 
 class EnrollmentCreatedOut(EnrollmentOut):
     token: str = Field(..., description="give it to agents as NPU_AGENT_ENROLL_TOKEN; shown once")
+
+
+class NodeCredentialOut(Schema):
+    """A node credential's public fields: the key itself is never stored nor returned."""
+
+    id: int
+    fingerprint: str
+    issued_at: datetime
+    issued_via: str
+    last_used_at: datetime | None
+    grace_until: datetime | None = Field(..., description="superseded: valid until then")
+    revoked_at: datetime | None
+    revoked_reason: str
+    active: bool
+
+    @staticmethod
+    def resolve_active(obj) -> bool:
+        return obj["active"] if isinstance(obj, dict) else obj.is_active()
+
+
+class NodeIdentityOut(Schema):
+    node: str
+    reenroll_allowed: bool = Field(..., description="may enroll again once (an admin allowed)")
+    credentials: list[NodeCredentialOut]
+
+
+class CredentialsRevokedOut(NodeIdentityOut):
+    revoked: int = Field(..., description="how many active credentials were revoked")
+
+
+class CredentialRevokeIn(Schema):
+    reason: str = Field(..., min_length=1, max_length=300, description="why; kept in the audit log")
 
 
 class CheckResultOut(Schema):

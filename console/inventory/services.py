@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -176,3 +178,91 @@ def set_isolation(
             after={"isolated": acc.isolated, "reason": acc.isolation_reason},
         )
     return acc
+
+
+# --- addresses ----------------------------------------------------------------------------
+def address_allowed(address: str) -> bool:
+    """True when `address` ("" or a canonical IP address, see workers.contracts.HostInfo) may
+    be a node's: empty, or inside one of NODE_ADDRESS_CIDRS (when the admin set any)."""
+    networks = settings.NODE_ADDRESS_CIDRS
+    if not address or not networks:
+        return True
+    ip = ipaddress.ip_address(address)
+    return any(ip.version == net.version and ip in net for net in networks)
+
+
+def report_node_address(*, node_id: int, name: str, address: str) -> None:
+    """Apply the address a node's agent reports (heartbeats call this only when the node's
+    reported facts changed, never per beat). Idempotent.
+
+    The first address is taken as is; "" (the agent found none) keeps what is known. A
+    different address on a node that has one is a change an admin accepts
+    (accept_node_address): it becomes `pending_address`, recorded once per distinct pending
+    address as `node.address_pending` on the node's journal. NODE_ADDRESS_AUTO_ACCEPT applies
+    it at once instead (recorded as `node.address`). Every write is one conditional UPDATE:
+    concurrent beats record the change once."""
+    if not address:
+        return
+    nodes = Node.objects.filter(pk=node_id)
+    row = nodes.values_list("address", "pending_address").first()
+    if row is None:  # deleted meanwhile
+        return
+    current, pending = row
+    if address == current:  # back to the known address: nothing left to accept
+        if pending:
+            nodes.filter(pending_address=pending).update(pending_address="")
+        return
+    if not current:
+        nodes.filter(address="").update(address=address, pending_address="")
+        return
+    node, actor = Node(pk=node_id, name=name), Actor(user=None, name=f"agent {name}", via="agent")
+    with transaction.atomic():
+        if settings.NODE_ADDRESS_AUTO_ACCEPT:
+            if nodes.filter(address=current).update(address=address, pending_address=""):
+                record(
+                    actor=actor,
+                    action="node.address",
+                    obj=node,
+                    message=f"address changed: {current} → {address} (NODE_ADDRESS_AUTO_ACCEPT)",
+                    before={"address": current},
+                    after={"address": address},
+                )
+        elif pending != address and nodes.filter(pending_address=pending).update(
+            pending_address=address
+        ):
+            record(
+                actor=actor,
+                action="node.address_pending",
+                obj=node,
+                message=f"address change pending: {current} → {address} (an admin accepts it)",
+                before={"address": current},
+                after={"pending_address": address},
+            )
+
+
+def accept_node_address(*, actor: Actor, name: str) -> Node:
+    """Make the node's pending address its address (admin). Conflict when none is pending;
+    Invalid when it is outside NODE_ADDRESS_CIDRS as they are now."""
+    check_role(actor, Role.ADMIN)
+    with transaction.atomic():
+        node = Node.objects.select_for_update().filter(name=name).first()
+        if node is None:
+            raise NotFound(f"no node named {name!r}", field="name")
+        if not node.pending_address:
+            raise Conflict(f"node {name} has no address change pending", field="pending_address")
+        if not address_allowed(node.pending_address):
+            raise Invalid(
+                f"{node.pending_address} is outside NODE_ADDRESS_CIDRS", field="pending_address"
+            )
+        before = node.address
+        node.address, node.pending_address = node.pending_address, ""
+        node.save(update_fields=["address", "pending_address"])
+        record(
+            actor=actor,
+            action="node.address_accept",
+            obj=node,
+            message=f"address change accepted: {before or '—'} → {node.address}",
+            before={"address": before},
+            after={"address": node.address},
+        )
+    return node

@@ -16,11 +16,11 @@ def ping(value: str = "") -> dict:
 
 
 @shared_task(name=Tasks.HEARTBEAT, ignore_result=True)
-def heartbeat(payload: dict) -> None:
-    """Apply an agent's heartbeat. Safe to repeat: it only records the latest facts."""
-    from console.inventory.heartbeats import ingest_heartbeat
+def heartbeat(payload: object = None) -> None:
+    """The old, unauthenticated path (agents before 0.2): refused, counted and logged."""
+    from console.inventory.inbox import refuse_legacy
 
-    ingest_heartbeat(payload)
+    refuse_legacy(Tasks.HEARTBEAT)
 
 
 @shared_task(name="inventory.mark_offline", ignore_result=True)
@@ -33,13 +33,9 @@ def mark_offline() -> list[str]:
     return run()
 
 
-@shared_task(name=Tasks.CHECK_RESULTS, ignore_result=True, bind=True, max_retries=10)
-def check_results(self, payload: dict) -> None:
-    """Store an agent's node-check results (idempotent per run id). A report that overtakes
-    the node's first heartbeat is retried until the node is registered."""
-    from console.inventory.checks import NodeNotRegistered, store_results
+@shared_task(name=Tasks.CHECK_RESULTS, ignore_result=True)
+def check_results(payload: object = None) -> None:
+    """The old, unauthenticated path (agents before 0.2): refused, counted and logged."""
+    from console.inventory.inbox import refuse_legacy
 
-    try:
-        store_results(payload)
-    except NodeNotRegistered as exc:
-        raise self.retry(countdown=2) from exc
+    refuse_legacy(Tasks.CHECK_RESULTS)

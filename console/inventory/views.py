@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import redis
 from django.contrib import messages
 from django.db.models import Count, Value
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from console.accounts.decorators import role_required
 from console.accounts.models import AuditEntry
-from console.accounts.services import actor_from_request
-from console.errors import DomainError
-from console.inventory import checks, enrollment, live, services
+from console.accounts.services import actor_from_request, has_role
+from console.errors import DomainError, Invalid
+from console.inventory import checks, enrollment, identity, live, services
 from console.inventory.api import NodeFilters, filter_nodes
 from console.inventory.models import Accelerator, EnrollmentToken, Health, Node, NodeStatus
 from console.pagination import page_of
@@ -139,6 +142,12 @@ def node_detail(request, name: str):
         "events": AuditEntry.objects.filter(object_type="inventory.node", object_id=str(node.pk))[
             :20
         ],
+        # admins only: a credential's history is of no use to anyone who cannot act on it
+        "credentials": (
+            identity.credentials_of(node)
+            if has_role(request.user, "admin") and not request.htmx
+            else None
+        ),
     }
     template = "inventory/node_detail.html#live" if request.htmx else "inventory/node_detail.html"
     return render(request, template, context)
@@ -180,6 +189,51 @@ def node_labels(request, name: str):
 
 
 @require_POST
+@role_required("admin")
+def node_address_accept(request, name: str):
+    _run(request, services.accept_node_address, f"{name}: new address accepted", name=name)
+    return redirect("node-detail", name=name)
+
+
+@require_POST
+@role_required("admin")
+def node_credential_rotate(request, name: str):
+    _run(
+        request,
+        identity.rotate_credential,
+        f"{name}: new credential issued; the old one stays valid until the agent switches",
+        name=name,
+    )
+    return redirect("node-detail", name=name)
+
+
+@require_POST
+@role_required("admin")
+def node_credential_revoke(request, name: str):
+    reason = request.POST.get("reason", "").strip()
+    _run(
+        request,
+        identity.revoke_credential,
+        f"{name}: credentials revoked; the node is cut off",
+        name=name,
+        reason=reason,
+    )
+    return redirect("node-detail", name=name)
+
+
+@require_POST
+@role_required("admin")
+def node_reenroll(request, name: str):
+    _run(
+        request,
+        identity.allow_reenrollment,
+        f"{name}: may enroll once more with a valid enrollment token",
+        name=name,
+    )
+    return redirect("node-detail", name=name)
+
+
+@require_POST
 @role_required("operator")
 def accelerator_isolation(request, accelerator_id: int):
     acc = get_object_or_404(Accelerator.objects.select_related("node"), pk=accelerator_id)
@@ -201,6 +255,7 @@ def enrollment_tokens(request):
     context = {
         "tokens": EnrollmentToken.objects.annotate(node_count=Count("nodes")),
         "created": created,
+        "now": timezone.now(),
     }
     return render(request, "inventory/enrollment.html", context)
 
@@ -210,12 +265,42 @@ def enrollment_tokens(request):
 def enrollment_create(request):
     try:
         token, raw = enrollment.create_enrollment_token(
-            actor=actor_from_request(request), name=request.POST.get("name", "")
+            actor=actor_from_request(request),
+            name=request.POST.get("name", ""),
+            expires_at=_expiry(request.POST.get("expires_in_h", "")),
+            max_uses=_max_uses(request.POST),
+            node_pattern=request.POST.get("node_pattern", ""),
         )
         request.session["new_enrollment"] = {"name": token.name, "value": raw}
     except DomainError as exc:
         messages.error(request, exc.message)
     return redirect("enrollment")
+
+
+def _expiry(hours: str):
+    """The form's "expires in" (hours; empty = never) as a time, or Invalid."""
+    if not hours.strip():
+        return None
+    try:
+        value = float(hours)
+    except ValueError:
+        raise Invalid("expires in: a number of hours", field="expires_at") from None
+    if not 0 < value <= 24 * 366:
+        raise Invalid("expires in: between a minute and a year, in hours", field="expires_at")
+    return timezone.now() + timedelta(hours=value)
+
+
+def _max_uses(form) -> int | None:
+    """1 when "single use" is ticked, else the "max uses" number (empty = unlimited)."""
+    if form.get("single_use"):
+        return 1
+    raw = form.get("max_uses", "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise Invalid("max uses: a whole number, 1 or more", field="max_uses") from None
 
 
 @require_POST

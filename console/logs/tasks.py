@@ -7,12 +7,12 @@ from celery import shared_task
 from workers.contracts import Tasks
 
 
-@shared_task(name=Tasks.LOG_LINES, ignore_result=True, acks_late=True)
-def log_lines(payload: dict) -> int:
-    """Store a shipped batch of lines. Idempotent (unique line numbers): acks_late is safe."""
-    from console.logs.services import ingest_batch
+@shared_task(name=Tasks.LOG_LINES, ignore_result=True)
+def log_lines(payload: object = None) -> None:
+    """The old, unauthenticated path (agents before 0.2): refused, counted and logged."""
+    from console.inventory.inbox import refuse_legacy
 
-    return ingest_batch(payload=payload)
+    refuse_legacy(Tasks.LOG_LINES)
 
 
 @shared_task(name="logs.purge", ignore_result=True)

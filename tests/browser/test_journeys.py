@@ -178,8 +178,9 @@ def failed_replica(name: str, node: Node, log: str, port: int = 8100) -> Inciden
             "reason": "engine exited with code 1",
             "exit_code": 1,
             "at": datetime.now(UTC).isoformat(),
-            "log_tail": (FIXTURES / log).read_text().splitlines(),
-        }
+            "log_tail": (FIXTURES / log).read_text().splitlines()[-50:],  # as the agent sends
+        },
+        node=node.name,
     )
     return Incident.objects.get(replica=replica)
 

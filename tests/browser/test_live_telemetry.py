@@ -13,6 +13,7 @@ from console.inventory.enrollment import create_enrollment_token
 from console.inventory.heartbeats import ingest_heartbeat
 from tests.browser.conftest import shot
 from tests.helpers import make_user
+from tests.node_support import enroll_node
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -63,13 +64,14 @@ def sign_in(page, live_server):
 
 def test_node_page_updates_within_seconds_of_a_beat(page, live_server, clean_hot):
     admin = make_user("ada", "admin")
-    _, token = create_enrollment_token(actor=Actor(user=admin, name="ada"), name="t")
-    ingest_heartbeat(beat(token, aicore=11.0))
+    token, raw = create_enrollment_token(actor=Actor(user=admin, name="ada"), name="t")
+    enroll_node("kp-live", token)
+    ingest_heartbeat(beat(raw, aicore=11.0), node="kp-live")
     sign_in(page, live_server)
     page.goto(f"{live_server.url}/nodes/kp-live/")
     first = page.locator("[data-testid=live-npu-row]").first.locator("[data-testid=aicore]")
     expect(first).to_have_text("11.0")
-    ingest_heartbeat(beat(token, aicore=77.0, temp=91.0, health="Warning"))
+    ingest_heartbeat(beat(raw, aicore=77.0, temp=91.0, health="Warning"), node="kp-live")
     expect(first).to_have_text("77.0", timeout=8_000)  # the 5 s poll, no reload
     alerts = page.locator("[data-testid=npu-alert]")
     expect(alerts.first).to_contain_text("health Warning")

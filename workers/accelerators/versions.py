@@ -11,6 +11,8 @@ import re
 from importlib import metadata
 from pathlib import Path
 
+from workers.contracts import VERSION_MAX_CHARS, clip
+
 ASCEND = "usr/local/Ascend"
 PACKAGES = {
     "vllm": "vllm",
@@ -75,11 +77,13 @@ def detect_versions(root: str | Path = "/") -> dict[str, str | None]:
     """Keys npu_driver, npu_firmware, cann_toolkit, vllm, vllm_ascend, torch, torch_npu.
 
     Missing files or packages give None; never raises for a missing or unreadable file.
+    A value longer than the contract's VERSION_MAX_CHARS is cut with a visible marker.
     """
     base = Path(root)
-    return {
+    found = {
         "npu_driver": _version_of(base / ASCEND / "driver/version.info"),
         "npu_firmware": _version_of(base / ASCEND / "firmware/version.info"),
         "cann_toolkit": cann_version(base),
         **package_versions(),
     }
+    return {key: clip(v, VERSION_MAX_CHARS) if v else v for key, v in found.items()}

@@ -48,8 +48,12 @@ def _probe_phase(runner: Runner, engine: Engine) -> str:
     spec, timeout = engine.spec, runner.s.probe_timeout_s
     if not probes.port_accepts(spec.host, spec.port, timeout):
         return P.STARTING
-    healthy, _ = probes.probe_health(spec.host, spec.port, timeout)
-    if healthy and probes.probe_models(spec.host, spec.port, spec.served_model_name, timeout)[0]:
-        engine.metrics = probes.scrape_metrics(spec.host, spec.port, timeout)
+    key = spec.api_key
+    healthy, _ = probes.probe_health(spec.host, spec.port, timeout, key)
+    if (
+        healthy
+        and probes.probe_models(spec.host, spec.port, spec.served_model_name, timeout, key)[0]
+    ):
+        engine.metrics = probes.scrape_metrics(spec.host, spec.port, timeout, key)
         return P.READY
     return P.LOADING

@@ -114,7 +114,8 @@ def build_env(
 ) -> dict[str, str]:
     """The engine's environment. Order (later wins): allow-listed agent variables, the CANN
     environment (path lists merged, CANN first), device selection, the offline/no-telemetry
-    switches, then spec.extra_env (already checked by name by the console).
+    switches, then spec.extra_env (already checked by name by the console), then the
+    replica key as VLLM_API_KEY (only the spec's; never in argv).
 
     device "npu": ASCEND_RT_VISIBLE_DEVICES = the spec's NPU ids (the agent's own value is
     never inherited). device "cpu": no ASCEND_RT_VISIBLE_DEVICES, VLLM_CPU_KVCACHE_SPACE
@@ -130,6 +131,18 @@ def build_env(
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env.update(ALWAYS)
     env.update(spec.extra_env)
+    # The replica key goes to vLLM by environment only: argv is shown to viewers (the log
+    # header, `ps`), the environment is not. vLLM 0.32 (entrypoints/serve/middleware/
+    # register.py) takes `--api-key` or else VLLM_API_KEY and then requires
+    # `Authorization: Bearer <key>` on paths starting with /v1, /v2, /inference or /cohere
+    # (middleware/authenticate.py GUARDED_PREFIX) — /v1/models and /v1/completions included.
+    # Everything else stays open: /health, /metrics, /tokenize, and /invocations (SageMaker's
+    # route, the same inference as /v1), /pause, /sleep… — so the key alone does not close an
+    # engine: bind it to a network only the console reaches (NPU_AGENT_ENGINE_HOST,
+    # docs/security.md). The agent's own VLLM_API_KEY (inherited by prefix) never applies.
+    env.pop("VLLM_API_KEY", None)
+    if spec.api_key:
+        env["VLLM_API_KEY"] = spec.api_key
     return env
 
 

@@ -2,6 +2,8 @@
 
 Every probe answers; none raises for a refused connection, a timeout or a bad answer.
 Proxies are never used (an HTTP_PROXY in the agent's environment must not route 127.0.0.1).
+`api_key`: the replica's engine key (EngineSpec.api_key), sent as `Authorization: Bearer` —
+vLLM refuses /v1/* without it (see argv.build_env) — and never put in a detail or a log.
 """
 
 from __future__ import annotations
@@ -33,10 +35,14 @@ def _url(host: str, port: int, path: str) -> str:
     return f"http://{address}:{port}{path}"
 
 
-def http_get(host: str, port: int, path: str, timeout: float) -> tuple[int | None, bytes, str]:
+def http_get(
+    host: str, port: int, path: str, timeout: float, api_key: str | None = None
+) -> tuple[int | None, bytes, str]:
     """(status, body, detail); status None when no HTTP answer came (detail says why)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with _OPENER.open(_url(host, port, path), timeout=timeout) as response:
+        request = urllib.request.Request(_url(host, port, path), headers=headers)  # noqa: S310 - http:// built here
+        with _OPENER.open(request, timeout=timeout) as response:
             return response.status, response.read(_MAX_BODY), f"HTTP {response.status}"
     except urllib.error.HTTPError as exc:
         return exc.code, b"", f"HTTP {exc.code}"
@@ -54,15 +60,19 @@ def port_accepts(host: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def probe_health(host: str, port: int, timeout: float = 2.0) -> tuple[bool, str]:
+def probe_health(
+    host: str, port: int, timeout: float = 2.0, api_key: str | None = None
+) -> tuple[bool, str]:
     """(ok, detail): ok when GET /health answers 200."""
-    status, _body, detail = http_get(host, port, "/health", timeout)
+    status, _body, detail = http_get(host, port, "/health", timeout, api_key)
     return status == 200, f"/health: {detail}"
 
 
-def probe_models(host: str, port: int, served_name: str, timeout: float = 2.0) -> tuple[bool, str]:
+def probe_models(
+    host: str, port: int, served_name: str, timeout: float = 2.0, api_key: str | None = None
+) -> tuple[bool, str]:
     """(ok, detail): ok when GET /v1/models answers 200 and lists `served_name`."""
-    status, body, detail = http_get(host, port, "/v1/models", timeout)
+    status, body, detail = http_get(host, port, "/v1/models", timeout, api_key)
     if status != 200:
         return False, f"/v1/models: {detail}"
     try:
@@ -74,9 +84,11 @@ def probe_models(host: str, port: int, served_name: str, timeout: float = 2.0) -
     return False, f"/v1/models does not list {served_name} (lists {', '.join(map(str, ids))})"
 
 
-def scrape_metrics(host: str, port: int, timeout: float = 2.0) -> dict[str, float]:
+def scrape_metrics(
+    host: str, port: int, timeout: float = 2.0, api_key: str | None = None
+) -> dict[str, float]:
     """vLLM's /metrics summarised (see prometheus.vllm_summary); {} when it does not answer."""
-    status, body, _detail = http_get(host, port, "/metrics", timeout)
+    status, body, _detail = http_get(host, port, "/metrics", timeout, api_key)
     if status != 200:
         return {}
     return parse_vllm_metrics(body.decode("utf-8", errors="replace"))

@@ -351,20 +351,23 @@ class Runner:
 
     def _tick_loading(self, engine: Engine) -> None:
         spec, timeout = engine.spec, self.s.probe_timeout_s
-        ok, detail = probes.probe_health(spec.host, spec.port, timeout)
+        key = spec.api_key
+        ok, detail = probes.probe_health(spec.host, spec.port, timeout, key)
         if ok:
-            ok, detail = probes.probe_models(spec.host, spec.port, spec.served_model_name, timeout)
+            ok, detail = probes.probe_models(
+                spec.host, spec.port, spec.served_model_name, timeout, key
+            )
         if ok:
             engine.health = self.tracker()
-            engine.metrics = probes.scrape_metrics(spec.host, spec.port, timeout)
+            engine.metrics = probes.scrape_metrics(spec.host, spec.port, timeout, key)
             self.transition(engine, P.READY, detail)
             return
         self._check_timeout(engine, f"no healthy answer on port {spec.port} ({detail})")
 
     def _tick_ready(self, engine: Engine) -> None:
         spec, timeout = engine.spec, self.s.probe_timeout_s
-        ok, detail = probes.probe_health(spec.host, spec.port, timeout)
-        metrics = probes.scrape_metrics(spec.host, spec.port, timeout) if ok else {}
+        ok, detail = probes.probe_health(spec.host, spec.port, timeout, spec.api_key)
+        metrics = probes.scrape_metrics(spec.host, spec.port, timeout, spec.api_key) if ok else {}
         if metrics:
             engine.metrics = metrics
         problem = engine.health.observe(ok, detail, metrics, time.monotonic())

@@ -13,6 +13,12 @@ between send and save is stored once by the console (unique line numbers).
 Offsets are logs.py's logical offsets, so copy-truncate rotation keeps them valid (the rotated
 copy is read first). A file cut below the offset some other way (or bytes rotated away before
 they were read) continues from the oldest kept byte, and that batch says `gap: true`.
+
+The console refuses what is over the contract's caps (workers/contracts.py), so the shipper
+keeps under them itself: a line longer than LOG_LINE_MAX_CHARS is cut, visibly, to
+`<start>… [cut 12345 bytes]` (the rest is in the file on the host, `host.log_tail` reads it),
+and a batch holds at most BATCH_LINES lines and BATCH_BYTES bytes of UTF-8 text (half of
+LOG_BATCH_MAX_CHARS: a character is at least one byte).
 """
 
 from __future__ import annotations
@@ -26,13 +32,20 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from workers.contracts import LogBatch
+from workers.contracts import (
+    LOG_BATCH_MAX_CHARS,
+    LOG_BATCH_MAX_LINES,
+    LOG_LINE_MAX_CHARS,
+    LogBatch,
+    clip,
+)
 from workers.engine import logs
 
 log = logging.getLogger("workers.shipper")
 STATE_FILE = "shipped.json"
-BATCH_LINES = 1000
-BATCH_BYTES = 512 * 1024
+BATCH_LINES = LOG_BATCH_MAX_LINES
+BATCH_BYTES = 512 * 1024  # of text as sent; LogBatch allows LOG_BATCH_MAX_CHARS characters
+assert BATCH_BYTES <= LOG_BATCH_MAX_CHARS
 READ_BYTES = 512 * 1024
 SCAN_MAX_BYTES = 16 * 1024 * 1024  # per file per scan, so one busy engine cannot starve others
 _RUN_LOG = re.compile(r"^gen(\d+)-run(\d+)\.log$")
@@ -106,8 +119,15 @@ def _read_bytes(path: Path, offset: int, max_bytes: int) -> tuple[bytes, int, bo
         return data, offset, lost
 
 
+def fit_line(text: str) -> str:
+    """A masked line as shipped: at most LOG_LINE_MAX_CHARS characters, a longer one cut with
+    a visible `… [cut N bytes]` marker (never refused by the console, never cut silently)."""
+    return clip(text, LOG_LINE_MAX_CHARS)
+
+
 class _Batches:
-    """Collects masked lines and sends them as batches of at most BATCH_LINES / BATCH_BYTES."""
+    """Collects masked lines and sends them as batches of at most BATCH_LINES lines and
+    BATCH_BYTES bytes of text (each line counted as its UTF-8 size plus one)."""
 
     def __init__(self, ship: Callable[[list[str], bool], None]) -> None:
         self.ship, self.lines, self.size, self.gap = ship, [], 0, False
@@ -260,8 +280,9 @@ class LogShipper:
         if lost:
             log.warning("%s: log cut below the shipped offset; continuing from %d", path, start)
         for size, line in lines:
-            pending.append(size)
-            batches.add(line, size)
+            pending.append(size)  # raw bytes, for the offset
+            line = fit_line(line)
+            batches.add(line, len(line.encode("utf-8", "replace")) + 1)  # bytes as sent
         batches.flush()
         if lost and not lines:
             self.save_state(directory, state)

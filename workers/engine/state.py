@@ -2,7 +2,8 @@
 
 `<state_dir>/engines/<replica_id>/state.json` is written atomically (temp file + rename) on
 every spawn and every backoff / crash-loop, and removed on a requested stop, so that an
-agent that restarts can find its engines again (`Supervisor.adopt`).
+agent that restarts can find its engines again (`Supervisor.adopt`). The file holds the
+spec, and with it the replica's engine key: it is written mode 0600 (the agent's user only).
 """
 
 from __future__ import annotations
@@ -20,7 +21,16 @@ from typing import Any
 import psutil
 from pydantic import ValidationError
 
-from workers.contracts import EnginePhase, EngineReport, EngineSpec
+from workers.contracts import (
+    LOG_TAIL_LINE_MAX_CHARS,
+    LOG_TAIL_MAX_LINES,
+    REASON_MAX_CHARS,
+    EnginePhase,
+    EngineReport,
+    EngineSpec,
+    clip,
+    fit_metrics,
+)
 from workers.engine.policy import HealthTracker
 
 log = logging.getLogger("workers.engine")
@@ -80,12 +90,15 @@ class Engine:
         return changed
 
     def report(self, node: str) -> EngineReport:
+        """The engine's report, within the contract's caps (a reason or log line too long is
+        cut with a visible marker; metrics the console would refuse — NaN, negative — left
+        out), so the console never refuses it."""
         return EngineReport(
             node=node,
             replica_id=self.replica_id,
             generation=self.generation,
             phase=self.phase,
-            reason=self.reason,
+            reason=clip(self.reason, REASON_MAX_CHARS),
             pid=self.pid,
             port=self.spec.port,
             exit_code=self.exit_code,
@@ -93,8 +106,10 @@ class Engine:
             restarts=self.restarts,
             log_path=str(self.log_path) if self.log_path else None,
             at=datetime.now(UTC),
-            metrics=dict(self.metrics),
-            log_tail=list(self.log_tail),
+            metrics=fit_metrics(self.metrics),
+            log_tail=[clip(line, LOG_TAIL_LINE_MAX_CHARS) for line in self.log_tail][
+                -LOG_TAIL_MAX_LINES:
+            ],
         )
 
     def to_state(self) -> dict[str, Any]:
@@ -114,11 +129,13 @@ class Engine:
 
 
 def write_state(engine: Engine) -> None:
-    """Atomically (re)write the engine's state file."""
+    """Atomically (re)write the engine's state file, mode 0600 (it holds the engine key)."""
     engine.directory.mkdir(parents=True, exist_ok=True)
     path = engine.directory / STATE_FILE
     tmp = path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a leftover temp file keeps its old mode through O_CREAT
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(engine.to_state(), fh, indent=1)
         fh.flush()
         os.fsync(fh.fileno())
@@ -140,7 +157,13 @@ def load_state(directory: Path) -> Engine | None:
         spec = EngineSpec.model_validate(data["spec"])
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
+    except ValidationError as exc:  # without the input values: the spec holds the engine key
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_input=False)
+        )
+        log.error("ignoring unreadable engine state %s: %s", path, problems)
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         log.error("ignoring unreadable engine state %s: %s", path, exc)
         return None
     log_path = data.get("log_path")

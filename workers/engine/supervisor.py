@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from workers.contracts import EnginePhase, EngineReport, EngineSpec
+from workers.config import engine_host_from_env
+from workers.contracts import STATUS_TEXT_MAX_CHARS, EnginePhase, EngineReport, EngineSpec, clip
 from workers.engine.adoption import adopt
 from workers.engine.argv import DEFAULT_SET_ENV
 from workers.engine.logs import LOG_KEEP, LOG_MAX_BYTES, latest_log, read_log, replica_dir
@@ -41,7 +42,10 @@ class Supervisor:
     python: the interpreter that runs `-m vllm.entrypoints.openai.api_server` (tests pass
     one whose PYTHONPATH holds a fake vLLM). cann_env: the CANN variables for NPU engines;
     None = source `set_env_path` once (absent file: none), {} = none. base_env: the agent
-    environment the engine's allow-list reads (default os.environ).
+    environment the engine's allow-list reads (default os.environ). engine_host: the address
+    NPU engines bind to instead of their spec's host (AgentConfig.engine_host); None = read
+    NPU_AGENT_ENGINE_HOST from base_env, unset there = the spec's host. CPU engines (tests,
+    demos) keep their spec's host: the console reaches them on loopback.
     """
 
     def __init__(
@@ -65,8 +69,11 @@ class Supervisor:
         log_max_bytes: int = LOG_MAX_BYTES,
         log_keep: int = LOG_KEEP,
         port_free_timeout_s: float = 10.0,
+        engine_host: str | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
+        base_env = dict(os.environ if base_env is None else base_env)
+        self.engine_host = engine_host or engine_host_from_env(base_env)
         self.node = node
         self.probe_interval_s = probe_interval_s
         self._runner = Runner(
@@ -74,7 +81,7 @@ class Supervisor:
                 node=node,
                 report=report,
                 python=python,
-                base_env=dict(os.environ if base_env is None else base_env),
+                base_env=base_env,
                 cann_env=cann_env,
                 set_env_path=set_env_path,
                 phase_timeouts={**DEFAULT_PHASE_TIMEOUTS, **(phase_timeouts or {})},
@@ -102,6 +109,7 @@ class Supervisor:
         included: retrying needs a new generation); an older generation is ignored; a newer
         one stops the old engine first (blocking). Refused — phase failed, no process, not
         kept — when the model path has no config.json or the port is taken."""
+        spec = self._bind(spec)
         with self._lock_for(spec.replica_id):
             current = self._engines.get(spec.replica_id)
             if current is not None:
@@ -164,7 +172,8 @@ class Supervisor:
     def log_error(self) -> str | None:
         """Why engine logs cannot be written now (the state dir's disk full, or the last write
         that failed), or None. Engines keep running either way."""
-        return logs_space_problem(self.state_dir) or self._runner.write_error
+        problem = logs_space_problem(self.state_dir) or self._runner.write_error
+        return clip(problem, STATUS_TEXT_MAX_CHARS) if problem else None  # the contract's cap
 
     def log_tail(self, replica_id: int, offset: int = 0, max_bytes: int = 65536) -> dict[str, Any]:
         """read_log() of the replica's current log (or of its newest log once stopped), plus
@@ -200,6 +209,12 @@ class Supervisor:
             thread.join(timeout)
 
     # --- internals -----------------------------------------------------------------------
+    def _bind(self, spec: EngineSpec) -> EngineSpec:
+        """The spec with the host this agent binds NPU engines to (see engine_host)."""
+        if self.engine_host is None or spec.device != "npu" or spec.host == self.engine_host:
+            return spec
+        return EngineSpec.model_validate({**spec.model_dump(), "host": self.engine_host})
+
     def _lock_for(self, replica_id: int) -> threading.RLock:
         with self._guard:
             return self._locks.setdefault(replica_id, threading.RLock())

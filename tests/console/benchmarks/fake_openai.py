@@ -25,6 +25,7 @@ class FakeEngine:
         self.in_flight = 0
         self.max_in_flight = 0
         self.bodies: list[dict] = []
+        self.auth: dict[str, set[str | None]] = {}  # path -> Authorization headers seen
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -57,6 +58,8 @@ class FakeEngine:
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with engine._lock:
+                    engine.auth.setdefault(self.path, set()).add(self.headers.get("Authorization"))
                 if self.path == "/tokenize":
                     return self._json(200, {"count": 2 * len(body["prompt"].split())})
                 with engine._lock:

@@ -3,6 +3,7 @@ execute on the worker's side against a fake engine, cancel, sweep, compare."""
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 
@@ -13,7 +14,9 @@ from django.utils import timezone
 from console.accounts.models import AuditEntry
 from console.benchmarks import services
 from console.benchmarks.models import BenchmarkRun
+from console.deployments.models import engine_api_key
 from tests.console.benchmarks.conftest import make_deployment
+from tests.console.gateway.fake_openai import refused_port
 from tests.helpers import wait_for
 
 GOOD = {"prompt_tokens": 16, "output_tokens": 4, "concurrency": 2, "duration_s": 1}
@@ -92,6 +95,9 @@ def test_execute_runs_the_load_and_stores_results(operator_client, deployment, f
     assert run.requests == fake_engine.requests > 0 and run.errors == 0
     assert run.ttft_p50_ms >= 50 and run.itl_p50_ms >= 10 and run.output_tokens_per_s > 0
     assert run.targets[0]["url"] == f"http://127.0.0.1:{fake_engine.port}"
+    key = engine_api_key(deployment.replica_set.get().pk)
+    assert fake_engine.auth == {p: {f"Bearer {key}"} for p in ("/tokenize", "/v1/completions")}
+    assert key not in json.dumps(run.targets) and key not in json.dumps(run.engine_settings)
     assert sum(run.timeline["requests"]) == run.requests
     assert services.execute_run(run_id) == "skipped"  # a redelivered task does nothing
     detail = operator_client.get(f"/api/v1/benchmarks/{run_id}").json()
@@ -99,7 +105,7 @@ def test_execute_runs_the_load_and_stores_results(operator_client, deployment, f
 
 
 def test_a_run_where_every_request_fails_is_failed_with_the_reason(operator_client, db):
-    make_deployment("dead", port=9)  # nothing listens on the discard port
+    make_deployment("dead", port=refused_port())  # nothing listens there
     run_id = post(operator_client, "dead", GOOD).json()["id"]
     assert services.execute_run(run_id) == "failed"
     run = BenchmarkRun.objects.get(pk=run_id)

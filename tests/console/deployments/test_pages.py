@@ -70,7 +70,6 @@ def test_viewers_see_deployments_but_cannot_act(viewer_client, operator_client, 
 
 def test_replica_log_is_read_from_its_host(viewer_client, operator, fake_inspect, monkeypatch):
     from console.accounts.services import Actor
-    from console.celery import app
     from console.deployments import services
     from console.deployments.models import Replica
 
@@ -101,23 +100,15 @@ def test_replica_log_is_read_from_its_host(viewer_client, operator, fake_inspect
     replica = Replica.objects.create(deployment=dep, index=0, node=node, port=8100, state="ready")
     sent = []
 
-    class Result:
-        def get(self, timeout):
-            return {
-                "text": "INFO started\\nERROR boom\\n",
-                "path": "/x/gen1-run1.log",
-                "next_offset": 30,
-            }
+    def call(node, task, args, *, timeout):
+        sent.append((node, task, args))
+        return {"text": "INFO started\\nERROR boom\\n", "path": "/x/gen1-run1.log"}
 
-    monkeypatch.setattr(
-        app,
-        "send_task",
-        lambda name, args, queue, expires: sent.append((name, args, queue)) or Result(),
-    )
+    monkeypatch.setattr("console.inventory.commands.call", call)
     body = viewer_client.get(
         f"/deployments/d1/replicas/{replica.pk}/log", HTTP_HX_REQUEST="true"
     ).content.decode()
-    assert sent == [("host.log_tail", [replica.pk, -32768, 32768], "host.kp-01")]
+    assert sent == [("kp-01", "host.log_tail", [replica.pk, -32768, 32768])]
     assert "ERROR boom" in body and "lvl-error" in body and "<html" not in body
 
 

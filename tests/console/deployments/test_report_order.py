@@ -22,7 +22,8 @@ def send(replica: Replica, phase: str, at: datetime, **extra) -> None:
             "phase": phase,
             "at": at.isoformat(),
             **extra,
-        }
+        },
+        node=replica.node.name,
     )
 
 

@@ -11,7 +11,7 @@ from django.db import connection
 from console.accounts.services import Actor
 from console.deployments import services
 from console.deployments.engines import apply_report
-from console.deployments.models import NpuAllocation, Replica, ReplicaEvent
+from console.deployments.models import NpuAllocation, Replica, ReplicaEvent, engine_api_key
 from console.deployments.reconcile import reconcile
 from console.inventory.models import Accelerator
 from tests.factories import make_node
@@ -76,7 +76,8 @@ def report(replica, phase, **extra):
             "phase": phase,
             "at": datetime.now(UTC).isoformat(),
             **extra,
-        }
+        },
+        node=replica.node.name,
     )
 
 
@@ -229,7 +230,8 @@ def test_a_report_older_than_the_known_state_is_ignored(actor, fake_inspect):
             "generation": replica.generation,
             "phase": "starting",
             "at": stale.isoformat(),
-        }
+        },
+        node="a",
     )
     replica.refresh_from_db()
     assert replica.state == "failed"
@@ -280,3 +282,5 @@ def test_the_engine_spec_carries_the_placed_npus_in_order(actor, fake_inspect):
         "0.0.0.0",
         replica.port,
     )
+    assert spec.api_key == engine_api_key(replica.pk)  # the engine's key, by env on the host
+    assert spec.api_key not in repr(spec)

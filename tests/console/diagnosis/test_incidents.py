@@ -20,7 +20,7 @@ from console.diagnosis.tasks import send_webhook
 from console.errors import Conflict, Forbidden, Invalid
 from console.inventory import heartbeats
 from tests.factories import make_node
-from workers.contracts import EngineReport
+from workers.contracts import LOG_TAIL_MAX_LINES, EngineReport
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "engine"
 
@@ -32,7 +32,8 @@ def _replica(name="d1", index=0):
 
 
 def _report(replica, log="err-port-in-use.log", **fields) -> EngineReport:
-    tail = (FIXTURES / log).read_text().splitlines() if log else []
+    # the last lines, as many as the supervisor sends (and the contract allows)
+    tail = (FIXTURES / log).read_text().splitlines()[-LOG_TAIL_MAX_LINES:] if log else []
     values = {
         "node": replica.node.name,
         "replica_id": replica.pk,

@@ -14,7 +14,7 @@ from django.utils import timezone
 from console.accounts.models import ApiToken
 from console.accounts.services import Actor, create_token
 from console.deployments.engines import metrics_key
-from console.deployments.models import Deployment, Replica
+from console.deployments.models import Deployment, Replica, engine_api_key
 from console.hot import get_redis
 from tests.console.gateway.fake_openai import FakeReplica, counted, refused_port
 from tests.factories import make_node
@@ -57,7 +57,7 @@ def call(web, raw: str | None, path: str, body: dict | None = None, **kw) -> htt
 def test_tokens_and_model_access(console_web, alice):
     with FakeReplica("a") as a, FakeReplica("b") as b:
         deploy("dep-a", "model-a", [a.port])
-        deploy("dep-b", "model-b", [b.port])
+        (b_replica,) = deploy("dep-b", "model-b", [b.port])
         _, any_model = token_for(alice)
         _, only_a = token_for(alice, allowed_models=["model-a"])
         _, expired = token_for(alice)
@@ -80,7 +80,9 @@ def test_tokens_and_model_access(console_web, alice):
         ok = call(console_web, any_model, "/v1/completions", req)
         assert ok.status_code == 200, ok.text
         assert ok.json()["choices"][0]["text"] == "from b"
-        assert "authorization" not in b.headers[0]  # the console token never leaves the console
+        # the console token never leaves the console; the replica's engine key goes instead
+        assert b.headers[0]["authorization"] == f"Bearer {engine_api_key(b_replica.pk)}"
+        assert not any(any_model in v for v in b.headers[0].values())
 
         listed = call(console_web, only_a, "/v1/models").json()
         assert [m["id"] for m in listed["data"]] == ["model-a"]
@@ -126,6 +128,22 @@ def test_failover_before_the_first_byte(console_web, alice):
             assert resp.json()["choices"][0]["text"] == "from good"
             assert resp.headers["x-npc-replica"] == "dep-f/2"
         assert busy.requests  # it was tried, refused, and the request went on
+
+
+@pytest.mark.security
+def test_a_node_address_that_is_no_ip_address_gives_no_upstream(console_web, alice):
+    """The SSRF of issue 12: with string formatting, this address made the upstream URL
+    http://127.0.0.1:<fake>/v1/completions?x=:<port>, so the request reached the fake."""
+    _, raw = token_for(alice)
+    with FakeReplica("target") as target:
+        node = make_node("evil-node", address=f"127.0.0.1:{target.port}/v1/completions?x=")
+        dep = Deployment.objects.create(
+            name="dep-npu", model_path="/models/x", served_model_name="model-n", device="npu"
+        )
+        Replica.objects.create(deployment=dep, index=0, node=node, port=8100, state="ready")
+        resp = call(console_web, raw, "/v1/completions", {"model": "model-n", "prompt": "x"})
+        assert resp.status_code == 503, resp.text
+        assert target.requests == []
 
 
 def test_all_replicas_refusing_is_a_503_naming_them(console_web, alice):

@@ -36,9 +36,11 @@ def test_agent_registers_reports_checks_goes_offline_and_comes_back(
     agent = start_agent(redis_url, raw, tmp_path)
     try:
         node = wait_for(
-            lambda: Node.objects.filter(name="sim-e2e").first(), 60, message="the node to register"
+            lambda: Node.objects.filter(name="sim-e2e", simulated=True, status="online").first(),
+            60,
+            message="the node to enroll and beat",
         )
-        assert node.simulated and node.status == "online"
+        assert node.credentials.filter(revoked_at=None).count() == 1
         wait_for(lambda: node.accelerators.count() > 0, 30, message="accelerators")
         assert set(node.accelerators.values_list("vendor", flat=True)) == {"huawei"}
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 import console
-from console.inventory.heartbeats import ingest_heartbeat
 from console.inventory.models import AgentSkew, Node, agent_skew
-from tests.console.inventory.test_heartbeats import beat, enroll, hot  # noqa: F401
+from tests.console.inventory.test_heartbeats import beat, enroll, hot, ingest  # noqa: F401
 from tests.factories import make_node
 
 
@@ -76,8 +75,8 @@ def test_node_list_and_page_flag_skewed_agents(viewer_client, console_1_4):
 @pytest.mark.django_db
 def test_an_upgraded_agent_clears_the_flag(enroll, console_1_4):  # noqa: F811
     """The version comes from the heartbeat: an agent upgraded in place updates the node."""
-    node_id = ingest_heartbeat(beat(enroll, agent_version="1.3.0"))
+    node_id = ingest(beat(enroll, agent_version="1.3.0"))
     assert Node.objects.get(pk=node_id).agent_skew == AgentSkew.BEHIND
-    ingest_heartbeat(beat(enroll, agent_version="1.4.1"))
+    ingest(beat(enroll, agent_version="1.4.1"))
     node = Node.objects.get(pk=node_id)
     assert (node.agent_version, node.agent_skew) == ("1.4.1", AgentSkew.CURRENT)

@@ -14,6 +14,9 @@ FAKE_* environment variables:
   FAKE_HANG=1             /health 200, but requests wait and no token is ever generated
   FAKE_HEALTH_FAIL_FROM_S / FAKE_HEALTH_FAIL_FOR_S   /health 503 during that window
   FAKE_SPAM_LINES_PER_S   log that many numbered lines a second (rotation)
+
+Like vLLM, with VLLM_API_KEY set it answers 401 to /v1/* without `Authorization: Bearer <key>`
+(/health and /metrics stay open).
 """
 
 import argparse
@@ -65,9 +68,16 @@ def metrics_text(served):
     )
 
 
+def authorized(headers):
+    key = os.environ.get("VLLM_API_KEY")
+    return not key or headers.get("Authorization") == f"Bearer {key}"
+
+
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 - http.server's name
-        if self.path == "/health":
+        if self.path.startswith("/v1") and not authorized(self.headers):
+            self.answer(401, b'{"error": "Unauthorized"}')
+        elif self.path == "/health":
             self.answer(200 if health_ok() else 503, b"")
         elif self.path == "/v1/models":
             body = {"object": "list", "data": [{"id": ARGS.served_model_name, "object": "model"}]}

@@ -148,3 +148,44 @@ def test_cann_environment_sources_the_script_once(tmp_path, fresh_cache):
 
 def test_cann_environment_is_none_without_the_file(tmp_path, fresh_cache):
     assert cann_environment(str(tmp_path / "absent.sh")) is None
+
+
+@pytest.mark.security
+def test_the_replica_key_is_in_the_env_never_in_argv():
+    key = "0123456789abcdef" * 4
+    spec = make_spec(api_key=key)
+    argv = build_argv(spec, "/venv/bin/python")
+    assert key not in " ".join(argv) and not any("api-key" in a for a in argv)
+    env = build_env(spec, AGENT_ENV | {"VLLM_API_KEY": "the-agents-own"})
+    assert env["VLLM_API_KEY"] == key
+    assert redact_env(env)["VLLM_API_KEY"] == "***"
+
+
+@pytest.mark.security
+def test_without_a_replica_key_the_agents_own_vllm_api_key_is_not_inherited():
+    env = build_env(make_spec(), AGENT_ENV | {"VLLM_API_KEY": "the-agents-own"})
+    assert "VLLM_API_KEY" not in env
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"api_key": "short"},
+        {"api_key": "has space in it 0123456789"},
+        {"api_key": "x" * 129},
+        {"extra_env": {"VLLM_API_KEY": "0123456789abcdef"}},
+        {"extra_args": ["--api-key", "0123456789abcdef"]},
+        {"extra_args": ["--api-key=0123456789abcdef"]},
+    ],
+)
+def test_a_spec_refuses_a_bad_key_and_keys_from_elsewhere(fields):
+    with pytest.raises(ValueError):
+        make_spec(**fields)
+
+
+@pytest.mark.security
+def test_the_key_stays_out_of_the_specs_repr():
+    key = "0123456789abcdef" * 2
+    spec = make_spec(api_key=key)
+    assert key not in repr(spec) and key not in str(spec)
+    assert spec.model_dump()["api_key"] == key  # dispatched to the agent as part of the spec

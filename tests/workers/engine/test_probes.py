@@ -11,11 +11,14 @@ import pytest
 from tests.workers.engine.helpers import free_port
 from workers.engine.probes import port_accepts, probe_health, probe_models, scrape_metrics
 
+seen: dict[str, str | None] = {}  # path -> the Authorization header it came with
+
 
 class Handler(BaseHTTPRequestHandler):
     health = 200
 
     def do_GET(self):  # noqa: N802
+        seen[self.path] = self.headers.get("Authorization")
         bodies = {
             "/health": (Handler.health, b""),
             "/v1/models": (200, json.dumps({"data": [{"id": "tiny"}]}).encode()),
@@ -60,3 +63,17 @@ def test_probes_of_a_closed_port_answer_without_raising():
     ok, detail = probe_health("127.0.0.1", port, 0.5)
     assert not ok and detail.startswith("/health: no answer")
     assert scrape_metrics("127.0.0.1", port, 0.5) == {}
+
+
+@pytest.mark.security
+def test_probes_send_the_engine_key_and_only_when_given(server):
+    seen.clear()
+    assert probe_models("127.0.0.1", server, "tiny", api_key="replica-key-0123456789")[0]
+    assert probe_health("127.0.0.1", server, api_key="replica-key-0123456789")[0]
+    scrape_metrics("127.0.0.1", server, api_key="replica-key-0123456789")
+    assert seen == {
+        p: "Bearer replica-key-0123456789" for p in ("/v1/models", "/health", "/metrics")
+    }
+    seen.clear()
+    probe_models("127.0.0.1", server, "tiny")
+    assert seen == {"/v1/models": None}

@@ -9,9 +9,15 @@ import sys
 import textwrap
 from pathlib import Path
 
-from workers.contracts import LogBatch
+from workers.contracts import LOG_LINE_MAX_CHARS, LogBatch
 from workers.engine import logs
-from workers.engine.shipper import BATCH_LINES, STATE_FILE, LogShipper, mask_secrets
+from workers.engine.shipper import (
+    BATCH_BYTES,
+    BATCH_LINES,
+    STATE_FILE,
+    LogShipper,
+    mask_secrets,
+)
 
 WRITER = textwrap.dedent(
     """
@@ -207,3 +213,27 @@ def test_a_line_cut_by_rotation_is_joined_across_the_rotated_copy(tmp_path):
         fh.write("o\nthree\n")
     shipper.scan_once()
     assert sink.lines == ["one", "two", "three"]
+
+
+def test_an_over_long_line_is_cut_with_a_visible_marker_and_the_next_lines_follow(tmp_path):
+    path = run_log(tmp_path)
+    long = "E" * (LOG_LINE_MAX_CHARS + 12_345)
+    path.write_text(f"before\n{long}\nafter\n")
+    sink = Sink()  # validates every batch as the console does: none is refused
+    LogShipper(tmp_path, "kp-01", sink).scan_once()
+    before, cut, after = sink.lines
+    assert (before, after) == ("before", "after")
+    assert len(cut) <= LOG_LINE_MAX_CHARS and cut.startswith("EEEE")
+    kept = len(cut.split("…")[0])
+    assert cut.endswith(f"… [cut {len(long) - kept} bytes]")
+    assert [n for n, _ in sink.numbered()] == [1, 2, 3]  # line numbers as in the file
+
+
+def test_batches_stay_under_the_consoles_size_cap(tmp_path):
+    path = run_log(tmp_path)
+    line = "é" * 8000  # 16,000 bytes of UTF-8 each
+    path.write_text((line + "\n") * 200)
+    sink = Sink()
+    LogShipper(tmp_path, "kp-01", sink).scan_once()
+    assert len(sink.lines) == 200 and len(sink.batches) > 1
+    assert all(sum(len(x.encode()) + 1 for x in b.lines) <= BATCH_BYTES for b in sink.batches)

@@ -10,6 +10,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
+import pytest
+
 from tests.workers.engine.helpers import alive, wait_for
 from workers.contracts import EnginePhase as P
 from workers.engine.process import port_in_use
@@ -47,7 +50,35 @@ def test_engine_gets_the_built_argv_and_env_but_no_agent_secret(supervisor, spec
     assert "env ASCEND_RT_VISIBLE_DEVICES=None" in text  # device cpu: never set
     assert "hf_secret_never_logged" not in text and "agent-secret" not in text
     assert "HF_TOKEN" not in text  # not allow-listed
-    assert "VLLM_API_KEY=***" in text and "vllm-secret-key" not in text  # passed, redacted
+    assert "VLLM_API_KEY" not in text and "vllm-secret-key" not in text  # the agent's: dropped
+
+
+@pytest.mark.security
+def test_the_replica_key_reaches_the_engine_by_env_only_and_the_probes_send_it(
+    supervisor, spec, reports
+):
+    key = "k" * 24 + "-replica_1"
+    sup = supervisor()
+    first = sup.start(spec(api_key=key))
+    ready = reports.wait(P.READY)  # /v1/models answers 401 without the key: probes sent it
+    assert ready.pid == first.pid and "lists tiny" in ready.reason
+    text = open(ready.log_path).read()
+    assert "VLLM_API_KEY=***" in text and key not in text  # the header shows it redacted
+    assert key not in " ".join(psutil.Process(first.pid).cmdline())
+    assert psutil.Process(first.pid).environ()["VLLM_API_KEY"] == key
+    state = sup.state_dir / "engines/1/state.json"
+    assert state.stat().st_mode & 0o777 == 0o600  # it holds the spec, and so the key
+    assert json.loads(state.read_text())["spec"]["api_key"] == key
+    assert key not in repr(sup.reports()) and key not in repr(spec(api_key=key))
+
+
+def test_engine_host_binds_npu_engines_to_the_data_plane_address(supervisor, spec, reports):
+    sup = supervisor(engine_host="127.0.0.1")
+    sup.start(spec(device="npu", host="0.0.0.0"))
+    reports.wait(P.READY)
+    state = json.loads((sup.state_dir / "engines/1/state.json").read_text())
+    assert state["spec"]["host"] == "127.0.0.1"
+    assert '"--host", "127.0.0.1"' in open(reports.last(P.READY).log_path).read()
 
 
 def test_same_generation_again_is_a_no_op(supervisor, spec, reports):

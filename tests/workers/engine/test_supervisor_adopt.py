@@ -90,3 +90,13 @@ def test_stop_of_a_replica_not_adopted_still_ends_its_engine(supervisor, spec, r
     stopped = supervisor(report=Reports()).stop(1, 1)  # no adopt() first
     assert stopped.phase == P.STOPPED and not alive(started.pid)
     assert not (first.state_dir / "engines/1/state.json").exists()
+
+
+def test_adopt_probes_a_keyed_engine_with_its_key(supervisor, spec, reports):
+    key = "adopt-key-0123456789abcdef"
+    first = supervisor()
+    started = first.start(spec(api_key=key))
+    reports.wait(P.READY)
+    first.shutdown()
+    second = supervisor(report=Reports())
+    assert [(r.phase, r.pid) for r in second.adopt()] == [(P.READY, started.pid)]
