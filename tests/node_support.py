@@ -12,7 +12,12 @@ from console.inventory.enrollment import issue_enrollment_token
 from console.inventory.identity import _issue, node_key
 from workers import channel
 
-_seq = count(int(time.time() * 1e6))
+_seq = count()
+
+
+def next_seq() -> int:
+    """Like the agent's: microseconds of the clock, strictly increasing."""
+    return time.time_ns() // 1000 + next(_seq)
 
 
 def enroll_node(name: str, token=None) -> channel.Identity:
@@ -47,7 +52,7 @@ def sealed(
             "kid": identity.kid,
             "k": kind,
             "t": time.time() if t is None else t,
-            "s": next(_seq) if seq is None else seq,
+            "s": next_seq() if seq is None else seq,
             "b": body,
         },
     )

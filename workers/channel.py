@@ -242,8 +242,8 @@ def with_credentials(url: str, username: str, password: str) -> str:
         query = "&".join(
             p for p in parts.query.split("&") if p and not p.startswith(("username=", "password="))
         )
-        extra = f"username={quote(username)}&password={quote(password)}"
-        return urlunsplit(("unix", "", parts.path, f"{query}&{extra}" if query else extra, ""))
+        extra = f"username={quote(username, safe='')}&password={quote(password, safe='')}"
+        return f"unix://{parts.path}?{f'{query}&{extra}' if query else extra}"
     host = parts.hostname or ""
     if ":" in host:
         host = f"[{host}]"

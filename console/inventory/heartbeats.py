@@ -14,6 +14,7 @@ import json
 import logging
 from datetime import datetime, timedelta
 
+import orjson
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -51,7 +52,7 @@ def _node_key(name: str) -> str:
 
 def _digest(value) -> str:
     return hashlib.blake2b(
-        json.dumps(value, sort_keys=True, default=str).encode(), digest_size=12
+        orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str), digest_size=12
     ).hexdigest()
 
 
@@ -127,49 +128,98 @@ def ingest_heartbeat(
 ) -> int | None:
     """Apply one heartbeat of `node`, the identity its signature proved (console/inventory/
     inbox.py): the payload's own `node` must be the same. Returns the node id, or None when the
-    beat was refused (logged). `owned_replicas`: the replicas placed on the node; engine
-    metrics of any other replica are not recorded (NodeRestriction)."""
-    received_at = received_at or timezone.now()
-    try:
-        hb = Heartbeat.model_validate(payload)
-    except ValidationError as exc:
-        log.warning("heartbeat from %s refused: invalid payload: %s", node, describe(exc))
-        return None
-    if hb.node != node:
-        raise HeartbeatRejected(f"node {node} sent a heartbeat as {hb.node}")
-    check_address(hb)  # an address outside NODE_ADDRESS_CIDRS: refused before anything is stored
+    beat was refused (logged); raises HeartbeatRejected for a beat naming another node, an
+    unregistered node or a refused address. `owned_replicas`: the replicas placed on the
+    node; engine metrics of any other replica are not recorded (NodeRestriction)."""
+    (result,) = ingest_heartbeats(
+        [(node, payload, owned_replicas)], received_at=received_at or timezone.now()
+    )
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def ingest_heartbeats(
+    beats: list[tuple[str, dict, set[int] | None]], *, received_at: datetime
+) -> list[int | None | Exception]:
+    """Apply a batch of authenticated beats, (node, payload, owned replicas) each, with one
+    Redis round trip for all of them in steady state (two when something changed). Returns,
+    per beat, the node id, None (invalid payload, logged) or the HeartbeatRejected / error it
+    met; one beat's failure never stops the others."""
+    out: list[int | None | Exception] = [None] * len(beats)
+    parsed: list[tuple[int, Heartbeat, set[int] | None]] = []
+    for i, (node, payload, owned) in enumerate(beats):
+        try:
+            hb = Heartbeat.model_validate(payload)
+        except ValidationError as exc:
+            log.warning("heartbeat from %s refused: invalid payload: %s", node, describe(exc))
+            continue
+        try:
+            if hb.node != node:
+                raise HeartbeatRejected(f"node {node} sent a heartbeat as {hb.node}")
+            check_address(hb)  # outside NODE_ADDRESS_CIDRS: refused before anything is stored
+        except HeartbeatRejected as exc:
+            out[i] = exc
+            continue
+        parsed.append((i, hb, owned))
+    _known_ids([hb.node for _, hb, _ in parsed if hb.node not in _node_ids])
     r = get_redis()
-    key = _node_key(hb.node)
-    node_id = _node_ids.get(hb.node)
-    if node_id is None:  # first beat seen by this process
-        loaded = _load(hb.node)
-        if loaded is None:
-            raise HeartbeatRejected(f"node {node} is not registered (deleted?): enroll it again")
-        node_id = int(loaded["id"])
-        _node_ids[hb.node] = node_id
-    # One round trip in steady state: read the cached state while writing the beat.
     pipe = r.pipeline(transaction=False)
-    pipe.hmget(key, STATE_FIELDS)
-    pipe.expire(key, 3600)
-    pipe.zadd(SEEN_KEY, {hb.node: received_at.timestamp()})
-    record_heartbeat(node_id=node_id, node_name=hb.node, received_at=received_at, hb=hb, pipe=pipe)
-    if hb.engines:
-        record_engines(pipe, hb.node, hb.engines, owned_replicas)
-    values = pipe.execute()[0]
+    at: list[int] = []  # where each beat's HMGET answer is in the pipeline's results
+    for i, hb, owned in parsed:
+        node_id = _node_ids.get(hb.node)
+        if node_id is None:
+            out[i] = HeartbeatRejected(f"node {hb.node} is not registered (deleted?): enroll again")
+            at.append(-1)
+            continue
+        at.append(len(pipe))
+        key = _node_key(hb.node)
+        pipe.hmget(key, STATE_FIELDS)
+        pipe.expire(key, 3600)
+        pipe.zadd(SEEN_KEY, {hb.node: received_at.timestamp()})
+        record_heartbeat(
+            node_id=node_id, node_name=hb.node, received_at=received_at, hb=hb, pipe=pipe
+        )
+        if hb.engines:
+            record_engines(pipe, hb.node, hb.engines, owned)
+    values = pipe.execute() if len(pipe) else []
+    updates = r.pipeline(transaction=False)
+    for (i, hb, _), pos in zip(parsed, at, strict=True):
+        if pos < 0:
+            continue
+        try:
+            out[i] = _settle(hb, values[pos], received_at, updates)
+        except Exception as exc:  # noqa: BLE001 - one node's database trouble, not the batch's
+            log.exception("heartbeat from %s failed", hb.node)
+            out[i] = exc
+    if len(updates):  # a second round trip only when something changed
+        updates.execute()
+    return out
+
+
+def _known_ids(names: list[str]) -> None:
+    """Fill the per-process name -> id cache for `names` in one query."""
+    if names:
+        _node_ids.update(Node.objects.filter(name__in=names).values_list("name", "pk"))
+
+
+def _settle(hb: Heartbeat, values: list, received_at: datetime, updates) -> int:
+    """Compare one beat with the node's cached state; write to the database only what
+    changed and queue the new cached values on `updates`."""
+    node_id = _node_ids[hb.node]
     cached = {f: v.decode() for f, v in zip(STATE_FIELDS, values, strict=True) if v is not None}
     if cached.get("id") != str(node_id):  # state evicted (Redis restart) or node re-created
         _node_ids.pop(hb.node, None)
         loaded = _load(hb.node)
         if loaded is None:
-            raise HeartbeatRejected(f"node {node} is not registered (deleted?): enroll it again")
-        cached = loaded
-        node_id = int(cached["id"])
+            raise HeartbeatRejected(f"node {hb.node} is not registered (deleted?): enroll again")
+        node_id = int(loaded["id"])
         _node_ids[hb.node] = node_id
-        updates = {**cached, **_apply_changes(hb, cached, node_id, received_at)}
+        changes = {**loaded, **_apply_changes(hb, loaded, node_id, received_at)}
     else:
-        updates = _apply_changes(hb, cached, node_id, received_at)
-    if updates:  # a second round trip only when something changed
-        r.hset(key, mapping=updates)
+        changes = _apply_changes(hb, cached, node_id, received_at)
+    if changes:
+        updates.hset(_node_key(hb.node), mapping=changes)
     return node_id
 
 
@@ -263,21 +313,35 @@ def _bring_online(node_id: int, now: datetime) -> str:
 
 
 def sync_accelerators(node_id: int, chips: list[dict], now: datetime) -> None:
-    """Upsert the node's chips as reported; chips no longer reported get health UNKNOWN."""
+    """Upsert the node's chips as reported, writing only rows that differ (after a Redis
+    restart every node's first beat lands here: the rows already match, nothing is written);
+    chips no longer reported get health UNKNOWN."""
     chips_reported(node_id, chips)  # incidents for chips turned sick/hot; never raises
     existing = {(a.npu_id, a.chip_id): a for a in Accelerator.objects.filter(node_id=node_id)}
+    new, changed, names = [], [], set()
+    for chip in chips:
+        key = (chip["npu_id"], chip["chip_id"])
+        fields = {k: v for k, v in chip.items() if k not in {"npu_id", "chip_id"}}
+        fields["bus_id"] = fields["bus_id"][:32]
+        fields["model_name"] = fields["model_name"][:64]
+        row = existing.pop(key, None)
+        if row is None:
+            new.append(
+                Accelerator(node_id=node_id, npu_id=key[0], chip_id=key[1], last_seen=now, **fields)
+            )
+            continue
+        differ = {k for k, v in fields.items() if getattr(row, k) != v}
+        if differ:
+            for k in differ:
+                setattr(row, k, fields[k])
+            row.last_seen = now
+            changed.append(row)
+            names |= differ
     with transaction.atomic():
-        for chip in chips:
-            key = (chip["npu_id"], chip["chip_id"])
-            fields = {k: v for k, v in chip.items() if k not in {"npu_id", "chip_id"}}
-            fields["bus_id"] = fields["bus_id"][:32]
-            fields["model_name"] = fields["model_name"][:64]
-            if key in existing:
-                Accelerator.objects.filter(pk=existing.pop(key).pk).update(last_seen=now, **fields)
-            else:
-                Accelerator.objects.create(
-                    node_id=node_id, npu_id=key[0], chip_id=key[1], last_seen=now, **fields
-                )
+        if new:
+            Accelerator.objects.bulk_create(new)
+        if changed:
+            Accelerator.objects.bulk_update(changed, [*sorted(names), "last_seen"])
         if existing:
             Accelerator.objects.filter(pk__in=[a.pk for a in existing.values()]).update(
                 health=Health.UNKNOWN

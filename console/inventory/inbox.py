@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import orjson
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 from pydantic import ValidationError
 
 from console.accounts.services import Actor, record
@@ -167,29 +167,25 @@ class Inbox:
         return outcome
 
     def _heartbeats(self, beats: list[tuple[str, dict]], now: float) -> Counter[str]:
-        from console.inventory.heartbeats import HeartbeatRejected, ingest_heartbeat
+        from console.inventory.heartbeats import HeartbeatRejected, ingest_heartbeats
 
         counts: Counter[str] = Counter()
-        received = datetime.fromtimestamp(now, UTC)
-        for node, body in beats:
-            try:
-                owned = self.placed(node) if body.get("engines") else None
-                if (
-                    ingest_heartbeat(body, node=node, received_at=received, owned_replicas=owned)
-                    is None
-                ):
-                    counts["invalid"] += 1
-                    counts["ok"] -= 1
-                    refusal = channel.Refused("heartbeat payload does not validate", "invalid")
-                    self.refuse(refusal, b"", node=node)
-            except HeartbeatRejected as exc:
-                counts["ok"] -= 1
+        if not beats:
+            return counts
+        batch = [(n, body, self.placed(n) if body.get("engines") else None) for n, body in beats]
+        results = ingest_heartbeats(batch, received_at=datetime.fromtimestamp(now, UTC))
+        for (node, _), result in zip(beats, results, strict=True):
+            if isinstance(result, int):
+                continue
+            counts["ok"] -= 1
+            if isinstance(result, HeartbeatRejected):
                 counts["invalid"] += 1
-                self.refuse(channel.Refused(str(exc), "invalid"), b"", node=node)
-            except Exception:  # noqa: BLE001
-                counts["ok"] -= 1
+                self.refuse(channel.Refused(str(result), "invalid"), b"", node=node)
+            elif result is None:
+                counts["invalid"] += 1
+                self.refusals["invalid"] += 1
+            else:
                 counts["error"] += 1
-                log.exception("heartbeat from %s failed", node)
         return counts
 
     def _load_seq(self) -> None:
@@ -363,7 +359,8 @@ class Consumer:
 
     def _handle(self, items: list[bytes]) -> None:
         if items:
-            close_old_connections()
+            if not connection.in_atomic_block:  # a long-lived thread: drop stale connections
+                close_old_connections()
             self.inbox.handle_batch(items)
         self.r.delete(PROCESSING_KEY)
 

@@ -117,4 +117,25 @@ def render_metrics(*, now: datetime | None = None) -> str:
     from console.diagnosis.incidents import incident_metrics_lines
 
     lines += incident_metrics_lines()
+    lines += refusal_metrics_lines()
     return "\n".join(lines) + "\n"
+
+
+def refusal_metrics_lines() -> list[str]:
+    """Inbound messages refused, by reason (console/inventory/inbox.py): a counter kept in
+    Redis by every consumer, so it survives console restarts (not Redis restarts)."""
+    from console.inventory.inbox import refusal_counts
+
+    try:
+        counts = refusal_counts()
+    except Exception:  # noqa: BLE001 - Redis down: the series pauses, the page still renders
+        return []
+    metric = "npc_node_refusals_total"
+    lines = [
+        f"# HELP {metric} Messages from hosts refused (bad signature, replay, another "
+        "node's replica, ...), by reason",
+        f"# TYPE {metric} counter",
+    ]
+    for reason in sorted(counts):
+        lines.append(f"{metric}{_labels([('reason', reason)])} {counts[reason]}")
+    return lines

@@ -74,7 +74,7 @@ def test_agent_refuses_every_command_the_console_did_not_sign_for_it(nodes):
             signed(a, x=channel.encrypt_args(a.key, "z", [1])),
             "malformed",
         ),
-        "junk": (b"x" * (3 * 1024 * 1024), "too-large"),
+        "junk": (b"x" * (channel.MAX_MESSAGE_BYTES + 1), "too-large"),
     }
     for label, (raw, code) in cases.items():
         assert refusal(agent, raw) == code, label

@@ -180,7 +180,12 @@ def test_stale_junk_and_bad_key_exchange_requests_are_refused(victim):
     for bad in (0, 1, channel.DH_P - 1, channel.DH_P, channel.DH_P + 2):
         outcome, doc, _, _ = attempt("fresh-01", raw, dh=bad)
         assert "key-exchange" in outcome and doc["ok"] is False
-    for junk in (b"", b"x" * (3 * 1024 * 1024), b"0" * 64 + b".[]", b"0" * 64 + b'.{"v":1}'):
+    for junk in (
+        b"",
+        b"x" * (channel.MAX_MESSAGE_BYTES + 1),
+        b"0" * 64 + b".[]",
+        b"0" * 64 + b'.{"v":1}',
+    ):
         assert handle_enrollment(junk).startswith("dropped:")
     assert not Node.objects.filter(name="fresh-01").exists()
 

@@ -176,7 +176,7 @@ def test_a_host_with_redis_and_another_racks_token_finds_nothing_to_change(
             observed_msg,
             observed_msg,
             b"not a message",
-            b"x" * (3 * 1024 * 1024),
+            b"x" * (channel.MAX_MESSAGE_BYTES + 1),
         ]
         attacker.rpush(channel.INBOX_KEY, *forged)
         # 2. onto A's command list: unsigned, signed with B's key, B's own, a replay
