@@ -54,6 +54,7 @@ def main() -> int:
     idle = beat = None
     senders = fleet.Senders(nodes)
     rows: list[tuple[float, float, float]] = []
+    waiting: list[tuple[float, int]] = []  # (t, inbound messages not yet handled)
     try:
         fleet.wait_worker_ready()
         _wait_lease(r, LEADER_KEY)
@@ -72,10 +73,13 @@ def main() -> int:
                 deployed = True
             a, b = fleet.tree_rss_mb(loaded.pid), fleet.tree_rss_mb(idle.pid)
             rows.append((time.monotonic() - t0, a, b))
-            print(f"  t={rows[-1][0]:5.0f} s  loaded {a:7.1f} MiB  idle {b:7.1f} MiB")
+            waiting.append((rows[-1][0], fleet.queue_len(r)))
+            print(
+                f"  t={rows[-1][0]:5.0f} s  loaded {a:7.1f} MiB  idle {b:7.1f} MiB"
+                f"  inbox {waiting[-1][1]:6d}"
+            )
         sent = senders.sent.value
         cpu = fleet.tree_cpu_s(loaded.pid) - cpu0[0], fleet.tree_cpu_s(idle.pid) - cpu0[1]
-        backlog = fleet.queue_len(r)
     finally:
         senders.stop()
         for p in (beat, loaded, idle):
@@ -83,8 +87,11 @@ def main() -> int:
                 fleet.stop(p)
         SCRATCH.close()
     steady = [r for r in rows if r[0] >= WARMUP] or rows
+    backlog = [(t, n) for t, n in waiting if t >= WARMUP] or waiting
     print(
-        f"beats sent: {sent} ({sent / rows[-1][0]:.0f}/s), {backlog} waiting at the end; "
+        f"beats sent: {sent} ({sent / rows[-1][0]:.0f}/s); inbox after warm-up: max "
+        f"{max(n for _, n in backlog)}, last {backlog[-1][1]}, slope "
+        f"{fleet.slope(backlog):+.2f} msg/s; "
         f"{DEPLOYMENTS} deployments reconciled; CPU loaded {cpu[0]:.0f} s, idle {cpu[1]:.0f} s"
     )
     verdicts = []

@@ -73,6 +73,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+# Node keys (console/inventory/identity.py) are derived from this, else from SECRET_KEY.
+NODE_KEY_SECRET = env.get_str("NODE_KEY_SECRET") or ""
 # Per-node Redis ACL users for the host agents (console/inventory/redis_acl.py; Redis >= 7).
 REDIS_MANAGE_ACL = env.get_bool("REDIS_MANAGE_ACL", False)
 # The password of the `npc-bootstrap` user, which agents use before they are enrolled.

@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 import redis
+from pydantic import ValidationError
 
 from workers import channel
 from workers.accelerators import default_providers, probe_all
@@ -28,7 +29,14 @@ from workers.accelerators.base import ProviderResult
 from workers.accelerators.process import kill_running_tools
 from workers.checks import run_checks
 from workers.config import AgentConfig
-from workers.contracts import AGENT_VERSION, EngineReport, EngineSpec, Heartbeat, Tasks
+from workers.contracts import (
+    AGENT_VERSION,
+    EngineReport,
+    EngineSpec,
+    Heartbeat,
+    Tasks,
+    describe,
+)
 from workers.engine.inspect import inspect_model
 from workers.engine.shipper import LogShipper
 from workers.engine.supervisor import Supervisor
@@ -60,7 +68,11 @@ def build_heartbeat(config: AgentConfig, found: dict[str, Any], seq: int) -> Hea
     results = [found[name] for name in NPU_PROVIDERS if name in found]
     chips = [c for r in results if r["available"] for c in r["chips"]]
     processes = [p for r in results if r["available"] for p in r["processes"]]
-    host = dict(found["host"], address=primary_address())
+    # the address the console reaches this host's engines on: the data-plane one when engines
+    # are bound to it (NPU_AGENT_ENGINE_HOST), else the first non-loopback IPv4
+    wildcard = ("", "0.0.0.0", "::")  # noqa: S104 - compared against, never bound
+    address = config.engine_host if config.engine_host not in wildcard else None
+    host = dict(found["host"], address=address or primary_address())
     versions = dict(found["versions"])
     versions["npu_smi"] = next((r["version"] for r in results if r["provider"] == "ascend"), None)
     reason = _degraded(results)
@@ -81,6 +93,7 @@ def build_heartbeat(config: AgentConfig, found: dict[str, Any], seq: int) -> Hea
 
 
 IDENTITY_FILE = "identity.json"
+SEEN_COMMANDS_FILE = "commands-seen.json"  # ids of commands run in the last hour (replays)
 
 
 def identity_path(config: AgentConfig) -> Path:
@@ -135,7 +148,11 @@ class Agent:
 
     def __init__(self, config: AgentConfig, identity: channel.Identity) -> None:
         self.config = config
-        self.channel = channel.AgentChannel(channel_client(config, identity), identity)
+        self.channel = channel.AgentChannel(
+            channel_client(config, identity),
+            identity,
+            seen_path=Path(config.state_dir) / SEEN_COMMANDS_FILE,
+        )
         self.providers = default_providers(config)
         self.stop = threading.Event()
         self._seq = 0
@@ -151,6 +168,7 @@ class Agent:
                 "loading": config.engine_start_timeout_s,
             },
             set_env_path=config.cann_set_env,
+            engine_host=config.engine_host,
         )
 
     def send(self, kind: str, body: dict) -> None:
@@ -258,6 +276,9 @@ def run_command(agent: Agent, handlers: dict, command: dict) -> None:
             raise ValueError(f"unknown command {name!r}")
         result = handler(*command["a"])
         log.info("command %s [%s] done", name, command["id"])
+    except ValidationError as exc:  # without the input: a spec carries the engine's key
+        log.warning("command %s [%s] refused: %s", name, command["id"], describe(exc))
+        result = {"ok": False, "error": describe(exc)[:500]}
     except Exception as exc:  # noqa: BLE001 - one bad command never stops the agent
         log.exception("command %s [%s] failed", name, command["id"])
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}

@@ -53,6 +53,7 @@ MAX_FUTURE_S = 120.0  # a message dated further ahead of the receiver's clock is
 MAX_AGE_S = 900.0  # older than this when read: refused (the list keeps messages while the
 #                    console is down; a longer outage loses beats, never applies stale ones)
 REPLY_TTL_S = 60
+COMMAND_MAX_AGE_S = 3600.0  # an agent runs no command signed longer ago
 
 # RFC 3526, group 14 (2048-bit MODP), generator 2. A test checks it is a safe prime.
 DH_P = int(
@@ -261,13 +262,39 @@ def redis_url(url: str) -> str:
 class AgentChannel:
     """The agent's end: send signed messages, read and verify its own commands, reply."""
 
-    def __init__(self, r, identity: Identity) -> None:
+    def __init__(self, r, identity: Identity, seen_path: Path | None = None) -> None:
+        """seen_path: where the ids of commands already run are kept (the state dir), so a
+        command read off the queue cannot be replayed after an agent restart either."""
         self.r = r
         self.identity = identity
         self._key = identity.key
         self._lock = threading.Lock()
         self._seq = 0
-        self._seen_ids: dict[str, float] = {}
+        self._seen_path = seen_path
+        self._seen_ids: dict[str, float] = self._load_seen()
+
+    def _load_seen(self) -> dict[str, float]:
+        if self._seen_path is None:
+            return {}
+        try:
+            seen = json.loads(self._seen_path.read_text())
+            return {str(k): float(v) for k, v in seen.items()} if isinstance(seen, dict) else {}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, TypeError, AttributeError):
+            log.warning(
+                "%s unreadable: commands seen before this start are forgotten", self._seen_path
+            )
+            return {}
+
+    def _save_seen(self) -> None:
+        if self._seen_path is None:
+            return
+        tmp = self._seen_path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(self._seen_ids, fh)
+        os.replace(tmp, self._seen_path)
 
     def switch(self, r, identity: Identity) -> None:
         """Use a new identity (credential rotation) from the next message on."""
@@ -316,14 +343,17 @@ class AgentChannel:
             raise Refused("bad signature (not signed by the console for this node)", "signature")
         if doc.get("n") != self.identity.node:
             raise Refused(f"addressed to node {doc.get('n')!r}, not this one", "wrong-node")
-        check_time(doc.get("t"), now, max_age=3600.0)
+        check_time(doc.get("t"), now, max_age=COMMAND_MAX_AGE_S)
         cmd_id = doc.get("id")
         if not isinstance(cmd_id, str) or not isinstance(doc.get("k"), str):
             raise Refused("command without id or name", "malformed")
         if cmd_id in self._seen_ids:
             raise Refused(f"command {cmd_id} already run (replay)", "replay")
-        self._seen_ids = {i: t for i, t in self._seen_ids.items() if t > now - 3700}
+        self._seen_ids = {
+            i: t for i, t in self._seen_ids.items() if t > now - COMMAND_MAX_AGE_S - 100
+        }
         self._seen_ids[cmd_id] = now
+        self._save_seen()
         try:
             args = decrypt_args(self._key, cmd_id, str(doc.get("x", "")))
         except ValueError:

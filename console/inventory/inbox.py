@@ -181,9 +181,9 @@ class Inbox:
             if isinstance(result, HeartbeatRejected):
                 counts["invalid"] += 1
                 self.refuse(channel.Refused(str(result), "invalid"), b"", node=node)
-            elif result is None:
+            elif result is None:  # the payload failed its contract (logged with the field)
                 counts["invalid"] += 1
-                self.refusals["invalid"] += 1
+                self.refuse(channel.Refused("heartbeat payload invalid", "invalid"), b"", node=node)
             else:
                 counts["error"] += 1
         return counts
@@ -267,7 +267,9 @@ def _own_replica(inbox: Inbox, node: str, body: dict, what: str) -> bool:
 def _engine_report(inbox: Inbox, node: str, kid: int, body: dict, now: float) -> None:
     from console.deployments.engines import apply_report
 
-    EngineReport.model_validate(body)  # refused and counted ("invalid") before anything else
+    report = EngineReport.model_validate(body)  # refused and counted ("invalid") first
+    # the report's own time orders reports of a replica: one dated ahead would freeze it
+    channel.check_time(report.at.timestamp(), now)
     _own_replica(inbox, node, body, "engine report")
     apply_report(body, node=node)  # not placed here: only asks this node to stop it
 

@@ -129,7 +129,9 @@ def test_deploy_serve_crash_restart_readopt_and_stop(
     agent = start_agent(redis_url, token, tmp_path, engine_python)
     try:
         wait_for(
-            lambda: Node.objects.filter(name=NODE).exists(), 60, message="the node to register"
+            lambda: Node.objects.filter(name=NODE, status="online").exists(),
+            60,
+            message="the node online",
         )
         client = client_for(admin_user)
         resp = client.post(
@@ -246,7 +248,7 @@ def test_port_already_taken_fails_the_replica_with_the_reason(
         blocker.bind(("127.0.0.1", 8100))  # the first port the scheduler hands out
         blocker.listen()
         wait_for(
-            lambda: Node.objects.filter(name="cpu-port").exists(),
+            lambda: Node.objects.filter(name="cpu-port", status="online").exists(),
             60,
             message="the node to register",
         )
@@ -273,6 +275,10 @@ def test_port_already_taken_fails_the_replica_with_the_reason(
         assert incident.category == "port-in-use" and "ss -ltnp" in " ".join(
             incident.diagnoses[0]["remediation"]
         )
+    except AssertionError:
+        print("--- console worker ---\n", console_worker.output()[-4000:])
+        print("--- agent ---\n", agent.output()[-4000:])
+        raise
     finally:
         blocker.close()
         agent.stop()

@@ -71,9 +71,9 @@ def stand_in_agent(
         )
         started.append(agent)
         wait_for(
-            lambda: Node.objects.filter(name=name).exists() or _exited(agent),
+            lambda: Node.objects.filter(name=name, status="online").exists() or _exited(agent),
             60,
-            message=f"node {name} to register",
+            message=f"node {name} to enroll and beat",
         )
         return agent
 

@@ -64,7 +64,10 @@ ADMIN_ONLY_API = {
 # Reads that need the operator role: the audit log (as its page, /audit/).
 OPERATOR_READS = {("GET", "/api/v1/audit")}
 # Valid bodies where "{}" would fail validation before the role is checked.
-BODIES = {("POST", "/api/v1/enrollment-tokens"): '{"name": "matrix"}'}
+BODIES = {
+    ("POST", "/api/v1/enrollment-tokens"): '{"name": "matrix"}',
+    ("POST", "/api/v1/nodes/{name}/credentials/revoke"): '{"reason": "matrix"}',
+}
 
 
 # --- route discovery --------------------------------------------------------------------------

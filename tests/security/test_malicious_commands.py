@@ -89,17 +89,15 @@ def test_agent_refuses_a_replayed_command(nodes):
     assert refusal(agent, observed) == "replay"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: AgentChannel keeps the ids of commands it ran in memory only; after the agent "
-    "restarts, a command read off npc:cmd:<node> (no ACLs: MONITOR or LRANGE) within its 1 h "
-    "validity runs again (e.g. a start the console has since stopped)",
-)
-def test_agent_refuses_a_replayed_command_after_a_restart(nodes):
+def test_agent_refuses_a_replayed_command_after_a_restart(nodes, tmp_path):
+    """A command read off npc:cmd:<node> (no ACLs: MONITOR or LRANGE) and pushed again after
+    the agent restarts is refused: the ids run within the last hour are kept in the state dir."""
     a, _ = nodes
+    seen = tmp_path / "commands-seen.json"
     observed = signed(a, task=Tasks.HOST_START_REPLICA, args=[{"replica_id": 1}])
-    channel.AgentChannel(get_redis(), a).verify_command(observed)
-    restarted = channel.AgentChannel(get_redis(), a)
+    channel.AgentChannel(get_redis(), a, seen_path=seen).verify_command(observed)
+    assert oct(seen.stat().st_mode & 0o777) == "0o600"
+    restarted = channel.AgentChannel(get_redis(), a, seen_path=seen)
     assert refusal(restarted, observed) == "replay"
 
 

@@ -15,6 +15,8 @@ from workers import channel
 
 KEY = bytes(range(32))
 
+pytestmark = pytest.mark.security
+
 
 def _probably_prime(n: int, rounds: int = 16) -> bool:
     if n < 4:

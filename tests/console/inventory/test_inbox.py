@@ -21,6 +21,8 @@ from tests.node_support import deliver, enroll_node, sealed
 from workers import channel
 from workers.contracts import Tasks
 
+pytestmark = pytest.mark.security
+
 
 @pytest.fixture
 def hot(redis_url):
