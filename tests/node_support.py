@@ -29,7 +29,7 @@ def enroll_node(name: str, token=None) -> channel.Identity:
     Node.objects.filter(name=name).update(reenroll_allowed=True)
     if token is None:
         token, _ = issue_enrollment_token(actor=Actor.system("tests"), name=f"for {name}")
-    cred = _issue(name, token, "tests")
+    cred = _issue(name, token, "", "tests")
     return channel.Identity(node=name, kid=cred.pk, key_hex=node_key(name, cred.pk).hex())
 
 

@@ -117,12 +117,13 @@ def enroll(config: AgentConfig, stop: threading.Event) -> channel.Identity | Non
             f"({path}): create an enrollment token on the console's Enrollment page"
         )
     r = redis.Redis.from_url(channel.redis_url(config.broker_url))
+    enrollment = channel.Enrollment(
+        node=config.node_name, raw_token=config.enroll_token, agent_version=AGENT_VERSION
+    )
     delay = 2.0
     while not stop.is_set():
         try:
-            identity = channel.request_enrollment(
-                r, node=config.node_name, raw_token=config.enroll_token, agent_version=AGENT_VERSION
-            )
+            identity = enrollment.attempt(r, wait=30.0)
             identity.save(path)
             log.info("enrolled as %s (credential #%d)", identity.node, identity.kid)
             return identity

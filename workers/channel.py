@@ -379,40 +379,78 @@ class AgentChannel:
         pipe.execute()
 
 
+class Enrollment:
+    """One agent's exchange of its enrollment token for a node identity, kept for the whole
+    process: a retry re-sends the same request (same reply key, same key-exchange value), so
+    an answer that arrives after a timeout is still read, never lost to a second request the
+    console would refuse as a duplicate."""
+
+    RESEND_S = 60.0
+    POLL_S = 4.0  # below redis-py's default socket timeout (5 s)
+
+    def __init__(self, *, node: str, raw_token: str, agent_version: str) -> None:
+        self.node, self.agent_version = node, agent_version
+        self.hint = raw_token[:10]
+        self.mac_key = token_mac_key(raw_token)
+        self.private, self.public = dh_keypair()
+        self.rid = secrets.token_hex(32)
+        self.sent_at = -1e9
+
+    def _send(self, r) -> None:
+        doc = {
+            "v": PROTOCOL,
+            "n": self.node,
+            "hint": self.hint,
+            "rid": self.rid,
+            "dh": format(self.public, "x"),
+            "t": time.time(),
+            "agent_version": self.agent_version,
+        }
+        r.rpush(ENROLL_KEY, seal(self.mac_key, doc))
+        self.sent_at = time.monotonic()
+
+    def attempt(self, r, wait: float = 30.0) -> Identity:
+        """Send the request (again, after RESEND_S) and wait up to `wait` seconds for the
+        console's answer. Raises Refused with its reason, or TimeoutError."""
+        if time.monotonic() - self.sent_at > self.RESEND_S:
+            self._send(r)
+        deadline = time.monotonic() + wait
+        while (left := deadline - time.monotonic()) > 0:
+            got = r.blpop([enroll_reply_key(self.rid)], timeout=max(1, int(min(left, self.POLL_S))))
+            if got is None:
+                continue
+            try:
+                return self._identity(got[1])
+            except Refused as exc:
+                if exc.code != "signature":
+                    raise
+                log.warning("an enrollment answer not from the console was ignored: %s", exc)
+        raise TimeoutError(f"no answer to the enrollment request within {wait:g}s")
+
+    def _identity(self, raw: bytes) -> Identity:
+        mac, data, answer = unseal_unverified(raw)
+        if not verify(self.mac_key, mac, data) or answer.get("rid") != self.rid:
+            raise Refused("the enrollment answer is not signed with this token", "signature")
+        if not answer.get("ok"):
+            raise Refused(str(answer.get("error") or "refused"), "enrollment")
+        console_public = int(answer["dh"], 16)
+        if not dh_public_ok(console_public):
+            raise Refused("bad key-exchange value in the answer", "signature")
+        shared = pow(console_public, self.private, DH_P)
+        key = wrap_key(bytes.fromhex(answer["wrapped"]), shared, self.rid)
+        return Identity(
+            node=self.node,
+            kid=int(answer["kid"]),
+            key_hex=key.hex(),
+            redis_user=answer.get("redis_user", ""),
+        )
+
+
 def request_enrollment(
     r, *, node: str, raw_token: str, agent_version: str, timeout: float = 30.0
 ) -> Identity:
     """Exchange the enrollment token for a node identity (one round trip through Redis).
 
     Raises Refused with the console's reason, or TimeoutError when no console answered."""
-    mac_key = token_mac_key(raw_token)
-    private, public = dh_keypair()
-    rid = secrets.token_hex(32)
-    doc = {
-        "v": PROTOCOL,
-        "n": node,
-        "hint": raw_token[:10],
-        "rid": rid,
-        "dh": format(public, "x"),
-        "t": time.time(),
-        "agent_version": agent_version,
-    }
-    r.rpush(ENROLL_KEY, seal(mac_key, doc))
-    got = r.blpop([enroll_reply_key(rid)], timeout=timeout)
-    if got is None:
-        raise TimeoutError(f"no answer to the enrollment request within {timeout:g}s")
-    mac, data, answer = unseal_unverified(got[1])
-    if not verify(mac_key, mac, data) or answer.get("rid") != rid:
-        raise Refused("the enrollment answer is not signed with this token", "signature")
-    if not answer.get("ok"):
-        raise Refused(str(answer.get("error") or "refused"), "enrollment")
-    console_public = int(answer["dh"], 16)
-    if not dh_public_ok(console_public):
-        raise Refused("bad key-exchange value in the answer", "signature")
-    key = wrap_key(bytes.fromhex(answer["wrapped"]), pow(console_public, private, DH_P), rid)
-    return Identity(
-        node=node,
-        kid=int(answer["kid"]),
-        key_hex=key.hex(),
-        redis_user=answer.get("redis_user", ""),
-    )
+    enrollment = Enrollment(node=node, raw_token=raw_token, agent_version=agent_version)
+    return enrollment.attempt(r, timeout)

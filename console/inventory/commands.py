@@ -67,7 +67,7 @@ def call(node: str, task: str, args: list[Any], *, timeout: float) -> Any:
     deadline = time.monotonic() + timeout
     r = get_redis()
     while (left := deadline - time.monotonic()) > 0:
-        got = r.blpop([channel.reply_key(node, cmd_id)], timeout=max(0.01, min(left, 5.0)))
+        got = r.blpop([channel.reply_key(node, cmd_id)], timeout=max(0.01, min(left, 4.0)))
         if got is None:
             continue
         try:

@@ -97,8 +97,9 @@ class CredentialCache:
 # --- enrollment ---------------------------------------------------------------------------------
 def handle_enrollment(raw: bytes, *, now: float | None = None) -> str:
     """Answer one enrollment request from `npc:enroll`. Returns what happened (for logs and
-    counters): "issued", "refused: …" (answered, MAC'd with the token) or "dropped: …" (no
-    token matched, so no answer can be authenticated)."""
+    counters): "issued", "answered again" (the same request again: the same credential, wrapped
+    anew), "refused: …" (answered, MAC'd with the token) or "dropped: …" (no token matched, so
+    no answer can be authenticated)."""
     now = time.time() if now is None else now
     try:
         mac, data, doc = channel.unseal_unverified(raw)
@@ -119,7 +120,8 @@ def handle_enrollment(raw: bytes, *, now: float | None = None) -> str:
         agent_public = int(str(doc.get("dh")), 16)
         if not channel.dh_public_ok(agent_public):
             raise channel.Refused("bad key-exchange value", "enrollment")
-        cred = _issue(node, token, str(doc.get("agent_version") or "")[:32])
+        again = _answered_before(node, token, rid)
+        cred = again or _issue(node, token, rid, str(doc.get("agent_version") or "")[:32])
     except (channel.Refused, ValueError) as exc:
         log.warning("enrollment of %r with token %s refused: %s", node, token.hint, exc)
         _answer(mac_key, rid, {"ok": False, "error": str(exc)})
@@ -136,7 +138,7 @@ def handle_enrollment(raw: bytes, *, now: float | None = None) -> str:
         {"ok": True, "kid": cred.pk, "dh": format(public, "x"), "wrapped": wrapped.hex()}
         | {"redis_user": redis_user, "console_version": AGENT_VERSION},
     )
-    return "issued"
+    return "answered again" if again else "issued"
 
 
 def _token_for(hint: str, mac: bytes, data: bytes) -> EnrollmentToken | None:
@@ -174,7 +176,17 @@ def enrollment_refusal(token: EnrollmentToken, node: Node | None, name: str) -> 
     return None
 
 
-def _issue(name: str, token: EnrollmentToken, agent_version: str) -> NodeCredential:
+def _answered_before(name: object, token: EnrollmentToken, rid: str) -> NodeCredential | None:
+    """The credential already issued for this very request (same token, same request id): the
+    agent asks again because the answer was lost (a timeout, a restart of the wait). It gets
+    the same credential, wrapped anew for its key-exchange value: nothing changes, and a
+    replay of the request by anyone else yields an answer only that agent can unwrap."""
+    return NodeCredential.objects.filter(
+        node__name=name, token=token, request_id=rid, revoked_at=None
+    ).first()
+
+
+def _issue(name: str, token: EnrollmentToken, rid: str, agent_version: str) -> NodeCredential:
     with transaction.atomic():
         token = EnrollmentToken.objects.select_for_update().get(pk=token.pk)
         node = Node.objects.select_for_update().filter(name=name).first()
@@ -188,11 +200,14 @@ def _issue(name: str, token: EnrollmentToken, agent_version: str) -> NodeCredent
             )
             record(actor=actor, action="node.register", obj=node, message="enrolled")
         node.credentials.filter(revoked_at__isnull=True).update(
-            revoked_at=timezone.now(), revoked_reason="replaced by a new enrollment"
+            revoked_at=timezone.now(),
+            revoked_reason="replaced by a new enrollment",
         )
         EnrollmentToken.objects.filter(pk=token.pk).update(uses=token.uses + 1)
         Node.objects.filter(pk=node.pk).update(reenroll_allowed=False)
-        cred = NodeCredential.objects.create(node=node, issued_via=f"token {token.name}"[:150])
+        cred = NodeCredential.objects.create(
+            node=node, token=token, request_id=rid, issued_via=f"token {token.name}"[:150]
+        )
         cred.fingerprint = channel.fingerprint(node_key(name, cred.pk))
         cred.save(update_fields=["fingerprint"])
         record(

@@ -239,6 +239,10 @@ class NodeCredential(models.Model):
     fingerprint = models.CharField(max_length=32)
     issued_at = models.DateTimeField(default=timezone.now)
     issued_via = models.CharField(max_length=150, blank=True)  # "token rack-b", "rotation by ada"
+    token = models.ForeignKey(  # the enrollment token it was issued for, if any
+        EnrollmentToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    request_id = models.CharField(max_length=64, blank=True)  # the enrollment request's rid
     last_used_at = models.DateTimeField(null=True, blank=True)
     grace_until = models.DateTimeField(null=True, blank=True)  # superseded, valid until then
     revoked_at = models.DateTimeField(null=True, blank=True)

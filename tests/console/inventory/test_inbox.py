@@ -201,3 +201,25 @@ def test_an_agent_of_the_old_unsigned_protocol_is_refused_and_counted(hot):
     heartbeat({"node": "kp-01", "enroll_token": "npe_x"})
     assert refusal_counts() == {"old-protocol": 1}
     assert not Node.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_answer_that_comes_after_the_agent_gave_up_waiting_is_not_lost(hot):
+    """The console was slow (down, busy): the agent's wait timed out and it asks again with the
+    same request — it gets the credential issued for the first ask, not a refusal."""
+    _, raw = issue_enrollment_token(actor=Actor.system("t"), name="rack-a")
+    enrollment = channel.Enrollment(node="kp-09", raw_token=raw, agent_version="0.2.0")
+    with pytest.raises(TimeoutError):
+        enrollment.attempt(hot, wait=1)  # no console yet
+    consumer = Consumer(hot)
+    consumer.step(block_s=0.1)  # the console answers the first request; nobody reads it yet
+    enrollment.RESEND_S = 0  # the agent's retry sends the same request again
+    consumer_thread = threading.Thread(
+        target=lambda: [consumer.step(block_s=0.5) for _ in range(6)]
+    )
+    consumer_thread.start()
+    got = enrollment.attempt(hot, wait=10)
+    consumer_thread.join(10)
+    (cred,) = NodeCredential.objects.filter(node__name="kp-09")
+    assert got.kid == cred.pk and got.key == identity.node_key("kp-09", cred.pk)
+    assert cred.revoked_at is None  # the second ask changed nothing
