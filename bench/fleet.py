@@ -106,6 +106,52 @@ def enroll_fleet(nodes: int, prefix: str = "bench") -> list[tuple[str, int, str]
     return sorted(out)
 
 
+def register_fleet(fleet: list, npus: int = 8) -> None:
+    """Each node's first beat, in-process: its NPU rows, online. What a running console has
+    done long before a soak's steady state."""
+    from console.inventory.inbox import Inbox
+    from workers import channel
+
+    inbox = Inbox()
+    for i in range(0, len(fleet), 500):
+        raws = [
+            channel.seal(
+                bytes.fromhex(key),
+                {"v": 1, "n": n, "kid": kid, "k": "console.heartbeat", "t": time.time()}
+                | {"s": time.time_ns() // 1000, "b": heartbeat_doc(n, npus)},
+            )
+            for n, kid, key in fleet[i : i + 500]
+        ]
+        inbox.handle_batch(raws)
+
+
+def cpu_parts(worker_pid: int, sender_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far of: the worker's main process (the inbox consumer), its pool
+    children, the sender, and every redis-server (embedded or local)."""
+    import psutil
+
+    def cpu(p) -> float:
+        try:
+            t = p.cpu_times()
+            return t.user + t.system
+        except psutil.NoSuchProcess:
+            return 0.0
+
+    out: dict[str, float] = {}
+    try:
+        main = psutil.Process(worker_pid)
+        out["inbox consumer"] = cpu(main)  # + the worker's idle main loop
+        out["worker pool"] = sum(cpu(c) for c in main.children(recursive=True))
+    except psutil.NoSuchProcess:
+        pass
+    if sender_pid:
+        out["sender"] = cpu(psutil.Process(sender_pid))
+    out["redis"] = sum(
+        cpu(p) for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("redis")
+    )
+    return out
+
+
 def _beat_loop(url: str, fleet: list, npus: int, interval: float, sent, stop_at):
     """Every node beats once per `interval`, spread evenly over it (node i at offset i/n),
     sealed with its own key and appended to the inbox as an agent does (the sender pipelines

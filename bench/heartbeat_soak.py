@@ -49,6 +49,9 @@ def main() -> int:
 
     call_command("migrate", verbosity=0)
     nodes = fleet.enroll_fleet(NODES)
+    t = time.monotonic()
+    fleet.register_fleet(nodes)  # each node's first beat (NPU rows, online): not the steady state
+    print(f"{NODES} nodes enrolled and registered in {time.monotonic() - t:.0f} s")
     r = get_redis()
     log = SCRATCH.dir / "worker.log"
     worker = fleet.start_worker(log)
@@ -58,6 +61,7 @@ def main() -> int:
     try:
         fleet.wait_worker_ready()
         cpu0 = fleet.tree_cpu_s(worker.pid)
+        parts0 = fleet.cpu_parts(worker.pid, senders.proc.pid if senders.proc.pid else None)
         senders.start()
         t0 = time.monotonic()
         print(f"{NODES} nodes x 8 NPUs every {INTERVAL:g} s, {SECONDS:g} s, load {_load()}")
@@ -71,6 +75,7 @@ def main() -> int:
                 f"  live chips {chips}"
             )
         cpu = fleet.tree_cpu_s(worker.pid) - cpu0
+        parts = fleet.cpu_parts(worker.pid, senders.proc.pid)
         elapsed = time.monotonic() - t0
     finally:
         senders.stop()
@@ -100,6 +105,14 @@ def main() -> int:
         f"({1000 * cpu / max(samples[-1][2], 1):.3f} ms CPU per beat, all included); "
         f"{registered} nodes registered, {online} online; refused {refused or 'none'}; "
         f"load {_load()}"
+    )
+    spent = {k: parts[k] - parts0.get(k, 0.0) for k in parts}
+    beats = max(samples[-1][2], 1)
+    print(
+        "cores busy by part: "
+        + ", ".join(
+            f"{k} {v / elapsed:.2f} ({1e3 * v / beats:.3f} ms/beat)" for k, v in spent.items()
+        )
     )
     print(
         f"authentication: {auth_share[0]:.1f} us of {auth_share[1]:.1f} us per beat in-process "

@@ -31,7 +31,7 @@ from console.inventory.services import (
     status_for,
     transition_node,
 )
-from console.telemetry.services import record_heartbeat
+from console.telemetry.services import buffer_samples, record_heartbeat
 from workers.contracts import EngineReport, Heartbeat, describe
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ SEEN_KEY = "npc:seen"
 STATE_FIELDS = ("id", "status", "static", "chips", "db_at", "hot")
 _node_ids: dict[str, int] = {}  # node name -> id, per process (ids never change)
 DB_BEAT_EVERY_S = 60.0
+STATE_TTL_S = 3600  # a node's cached state outlives a silence of an hour
 _ENGINE_LIST = TypeAdapter(list[EngineReport])
 
 
@@ -110,13 +111,11 @@ def _chip_inventory(hb: Heartbeat) -> list[dict]:
     ]
 
 
+_HEALTH = {h.value.lower(): h.value for h in Health}
+
+
 def _health(value: str | None) -> str:
-    if not value:
-        return Health.UNKNOWN
-    for h in Health:
-        if value.strip().lower() == h.value.lower():
-            return h.value
-    return Health.UNKNOWN
+    return _HEALTH.get(value.strip().lower(), Health.UNKNOWN) if value else Health.UNKNOWN
 
 
 def ingest_heartbeat(
@@ -166,6 +165,8 @@ def ingest_heartbeats(
     r = get_redis()
     pipe = r.pipeline(transaction=False)
     at: list[int] = []  # where each beat's HMGET answer is in the pipeline's results
+    seen: dict[str, float] = {}
+    samples: list[str] = []
     for i, hb, owned in parsed:
         node_id = _node_ids.get(hb.node)
         if node_id is None:
@@ -173,15 +174,21 @@ def ingest_heartbeats(
             at.append(-1)
             continue
         at.append(len(pipe))
-        key = _node_key(hb.node)
-        pipe.hmget(key, STATE_FIELDS)
-        pipe.expire(key, 3600)
-        pipe.zadd(SEEN_KEY, {hb.node: received_at.timestamp()})
+        pipe.hmget(_node_key(hb.node), STATE_FIELDS)
+        seen[hb.node] = received_at.timestamp()
         record_heartbeat(
-            node_id=node_id, node_name=hb.node, received_at=received_at, hb=hb, pipe=pipe
+            node_id=node_id,
+            node_name=hb.node,
+            received_at=received_at,
+            hb=hb,
+            pipe=pipe,
+            samples=samples,
         )
         if hb.engines:
             record_engines(pipe, hb.node, hb.engines, owned)
+    if seen:  # one ZADD and one RPUSH for the whole batch
+        pipe.zadd(SEEN_KEY, seen)
+    buffer_samples(pipe, samples)
     values = pipe.execute() if len(pipe) else []
     updates = r.pipeline(transaction=False)
     for (i, hb, _), pos in zip(parsed, at, strict=True):
@@ -218,8 +225,9 @@ def _settle(hb: Heartbeat, values: list, received_at: datetime, updates) -> int:
         changes = {**loaded, **_apply_changes(hb, loaded, node_id, received_at)}
     else:
         changes = _apply_changes(hb, cached, node_id, received_at)
-    if changes:
+    if changes:  # at least once a minute (db_at): the state's TTL is renewed with it
         updates.hset(_node_key(hb.node), mapping=changes)
+        updates.expire(_node_key(hb.node), STATE_TTL_S)
     return node_id
 
 

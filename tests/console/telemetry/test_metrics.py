@@ -79,7 +79,8 @@ def test_metrics_exposes_npu_exporter_gauges_for_two_nodes(fleet, viewer):
     assert len(samples) == 3
     # each family is contiguous: HELP, TYPE, then its samples
     families = [line.split()[2] for line in lines if line.startswith("# TYPE")]
-    assert len(families) == len(set(families)) == 10  # 8 chip gauges, node up, incidents
+    # 8 chip gauges, node up, incidents, refused inbound messages
+    assert len(families) == len(set(families)) == 11
     assert "npu_console_incidents" in families
 
 
