@@ -341,5 +341,8 @@ def credentials_of(node: Node) -> list[dict]:
 def mark_used(kids: dict[int, datetime]) -> None:
     """Record when credentials were last used (called by the inbox at most once a minute per
     credential)."""
-    for kid, at in kids.items():
-        NodeCredential.objects.filter(pk=kid).update(last_used_at=at)
+    by_time: dict[datetime, list[int]] = {}
+    for kid, at in kids.items():  # a batch's messages share a time: one UPDATE each
+        by_time.setdefault(at, []).append(kid)
+    for at, ids in by_time.items():
+        NodeCredential.objects.filter(pk__in=ids).update(last_used_at=at)

@@ -79,6 +79,7 @@ class Inbox:
         self.buckets: dict[str, tuple[float, float]] = {}
         self.used_written: dict[int, float] = {}  # credential id -> when last_used_at was set
         self.used_due: dict[int, float] = {}
+        self.batch_now = 0.0
         self.refusals: Counter[str] = Counter()
         self._seq_loaded = False
         self._placed: dict[str, set[int]] = {}
@@ -116,7 +117,7 @@ class Inbox:
         if not self._take(f"{node}\x00{kind}", now):  # a log flood never starves the beats
             raise channel.Refused(f"over the node's {kind} rate", "rate")
         if now - self.used_written.get(kid, 0.0) > USED_EVERY_S:
-            self.used_due[kid] = now
+            self.used_due[kid] = self.batch_now
         return node, kid, kind, doc.get("b")
 
     def _take(self, bucket: str, now: float) -> bool:
@@ -133,6 +134,7 @@ class Inbox:
         """Authenticate and apply each message; one bad message never stops the others.
         Returns counts by outcome ("ok", or the refusal code)."""
         now = time.time() if now is None else now
+        self.batch_now = now
         self._load_seq()
         outcome: Counter[str] = Counter()
         beats: list[tuple[str, dict]] = []
