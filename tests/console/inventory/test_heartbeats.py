@@ -8,24 +8,9 @@ import pytest
 
 from console.accounts.models import AuditEntry
 from console.accounts.services import Actor
-from console.hot import get_redis
 from console.inventory.enrollment import create_enrollment_token
 from console.inventory.heartbeats import SEEN_KEY, ingest_heartbeat, mark_offline
 from console.inventory.models import Accelerator, Node
-
-
-@pytest.fixture
-def hot(redis_url):
-    r = get_redis()
-
-    def clean():
-        keys = list(r.scan_iter("npc:*"))
-        if keys:
-            r.delete(*keys)
-
-    clean()
-    yield r
-    clean()
 
 
 @pytest.fixture

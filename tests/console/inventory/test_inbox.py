@@ -11,7 +11,6 @@ import pytest
 from django.conf import settings
 
 from console.accounts.services import Actor
-from console.hot import get_redis
 from console.inventory import identity
 from console.inventory.enrollment import issue_enrollment_token
 from console.inventory.inbox import LEADER_KEY, PROCESSING_KEY, Consumer, Inbox, refusal_counts
@@ -22,20 +21,6 @@ from workers import channel
 from workers.contracts import Tasks
 
 pytestmark = pytest.mark.security
-
-
-@pytest.fixture
-def hot(redis_url):
-    r = get_redis()
-
-    def clean():
-        keys = list(r.scan_iter("npc:*"))
-        if keys:
-            r.delete(*keys)
-
-    clean()
-    yield r
-    clean()
 
 
 def _beat(identity_: channel.Identity, **extra) -> bytes:

@@ -7,7 +7,7 @@ import pytest
 
 import console
 from console.inventory.models import AgentSkew, Node, agent_skew
-from tests.console.inventory.test_heartbeats import beat, enroll, hot, ingest  # noqa: F401
+from tests.console.inventory.test_heartbeats import beat, enroll, ingest  # noqa: F401
 from tests.factories import make_node
 
 
