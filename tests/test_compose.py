@@ -800,7 +800,8 @@ def test_agent_env_example_is_a_valid_agent_config():
     settings = _unit_settings(UNIT.read_text())
     env.update(v.split("=", 1) for v in settings["Environment"])
     config = AgentConfig.from_env(env)
-    assert config.broker_url.startswith("rediss://:")  # TLS and the Redis password
+    # TLS, and the bootstrap user (it may only ask to be enrolled), never the console's password
+    assert config.broker_url.startswith("rediss://npc-bootstrap:")
     assert "ssl_cert_reqs=required" in config.broker_url
     state = Path(config.state_dir)
     assert state == Path("/var/lib") / settings["StateDirectory"][0]

@@ -117,7 +117,7 @@ def test_a_worker_killed_mid_report_leaves_it_to_the_next_worker_applied_once(
             message="the report to be delivered again and applied",
         )
         print(f"\nredelivered and applied {time.monotonic() - killed_at:.1f}s after the kill")
-        assert get_redis().llen(PROCESSING_KEY) == 0
+        wait_for(lambda: get_redis().llen(PROCESSING_KEY) == 0, 10, message="the batch done")
         events = ReplicaEvent.objects.filter(replica=replica, to_state="ready")
         assert events.count() == 1 and Replica.objects.get(pk=replica.pk).pid == 4242
         assert Node.objects.filter(name=node.name).exists()

@@ -368,7 +368,9 @@ def test_the_agent_start_command_validates_before_spawning():
 
     started = []
     fake = SimpleNamespace(
-        config=SimpleNamespace(node_name="kp-01"), supervisor=SimpleNamespace(start=started.append)
+        config=SimpleNamespace(node_name="kp-01"),
+        supervisor=SimpleNamespace(start=started.append),
+        rotate=None,
     )
     start = command_handlers(fake)[Tasks.HOST_START_REPLICA]
     ours = spec().model_dump() | {"node": "kp-01"}
