@@ -13,7 +13,6 @@ changed for A, and A keeps beating.
 from __future__ import annotations
 
 import secrets
-import sys
 import threading
 import time
 
@@ -29,7 +28,7 @@ from console.inventory.heartbeats import SEEN_KEY
 from console.inventory.identity import node_key
 from console.inventory.models import Node, NodeCredential
 from console.logs.models import LogLine
-from tests.conftest import Proc, child_env
+from tests.console.inventory.test_heartbeat_e2e import start_agent
 from tests.helpers import wait_for
 from tests.node_support import sealed
 from tests.security.hostile_hosts import (
@@ -46,18 +45,6 @@ from workers.contracts import Tasks
 
 pytestmark = [pytest.mark.security, pytest.mark.worker]
 HB, REPORT, LOGS = Tasks.HEARTBEAT, Tasks.ENGINE_REPORT, Tasks.LOG_LINES
-
-
-def start_agent(redis_url: str, token: str, tmp_path, name: str) -> Proc:
-    env = child_env(
-        redis_url,
-        NPU_AGENT_ENROLL_TOKEN=token,
-        NPU_AGENT_HEARTBEAT_S="1",
-        NPU_AGENT_BROKER_URL=redis_url,
-        NPU_AGENT_STATE_DIR=str(tmp_path / "agent"),
-    )
-    argv = [sys.executable, "-m", "workers", "agent", "--simulated", "--node-name", name]
-    return Proc(argv, env, tmp_path / f"agent-{name}.log")
 
 
 class Watcher:
