@@ -14,6 +14,7 @@ from console.deployments.models import Replica, ReplicaState, engine_api_key
 from console.deployments.services import transition_replica
 from console.diagnosis.incidents import open_incident_for_replica
 from console.hot import get_redis
+from console.inventory.commands import send_on_commit
 from workers.contracts import (
     MAX_ENGINES,
     EnginePhase,
@@ -140,23 +141,17 @@ def build_spec(replica: Replica) -> EngineSpec:
     )
 
 
-def send_on_commit(task: str, args: list, node_name: str) -> None:
-    """Send a signed command to the node's agent once the current transaction commits."""
-    from console.inventory.commands import send_on_commit as send
-
-    send(node_name, task, args)
-
-
 def dispatch_start(replica: Replica) -> None:
-    """Start (or replace) the replica's engine. Idempotent on the agent per generation."""
+    """Start (or replace) the replica's engine once the transaction commits (a signed command
+    for its node). Idempotent on the agent per generation."""
     send_on_commit(
-        Tasks.HOST_START_REPLICA, [build_spec(replica).model_dump(mode="json")], replica.node.name
+        replica.node.name, Tasks.HOST_START_REPLICA, [build_spec(replica).model_dump(mode="json")]
     )
 
 
 def dispatch_stop(node_name: str, replica_id: int, generation: int | None) -> None:
-    """Stop the replica's engine (idempotent on the agent)."""
-    send_on_commit(Tasks.HOST_STOP_REPLICA, [replica_id, generation], node_name)
+    """Stop the replica's engine once the transaction commits (idempotent on the agent)."""
+    send_on_commit(node_name, Tasks.HOST_STOP_REPLICA, [replica_id, generation])
 
 
 def apply_report(payload: dict, *, node: str) -> Replica | None:
