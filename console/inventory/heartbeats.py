@@ -31,7 +31,7 @@ from console.inventory.services import (
     status_for,
     transition_node,
 )
-from console.telemetry.services import buffer_samples, record_heartbeat
+from console.telemetry.services import buffer_samples, put_summaries, record_heartbeat
 from workers.contracts import EngineReport, Heartbeat, describe
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,8 @@ def ingest_heartbeats(
     pipe = r.pipeline(transaction=False)
     at: list[int] = []  # where each beat's HMGET answer is in the pipeline's results
     seen: dict[str, float] = {}
-    samples: list[str] = []
+    samples: list[bytes] = []
+    summaries: list[str | bytes] = []
     for i, hb, owned in parsed:
         node_id = _node_ids.get(hb.node)
         if node_id is None:
@@ -183,12 +184,14 @@ def ingest_heartbeats(
             hb=hb,
             pipe=pipe,
             samples=samples,
+            summaries=summaries,
         )
         if hb.engines:
             record_engines(pipe, hb.node, hb.engines, owned)
-    if seen:  # one ZADD and one RPUSH for the whole batch
+    if seen:  # one ZADD, one RPUSH and one fleet-summary script call for the whole batch
         pipe.zadd(SEEN_KEY, seen)
     buffer_samples(pipe, samples)
+    put_summaries(pipe, summaries)
     values = pipe.execute() if len(pipe) else []
     updates = r.pipeline(transaction=False)
     beat_due: list[int] = []  # nodes whose last_heartbeat is due: one UPDATE for the batch

@@ -51,7 +51,7 @@ FLEET_TOTALS_REBUILD_S = 300
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SMALLINT_MAX = 32767
 LATEST_FIELDS = {"sent_at", "chips", "processes", "telemetry_ok", "telemetry_reason"}
-SUMMARY_FIELDS = {
+SUMMARY_FIELDS = (
     "health",
     "temperature_c",
     "aicore_percent",
@@ -59,7 +59,7 @@ SUMMARY_FIELDS = {
     "hbm_total_mb",
     "memory_used_mb",
     "memory_total_mb",
-}
+)
 SAMPLE_FIELDS = (
     "npu_id",
     "chip_id",
@@ -73,7 +73,7 @@ SAMPLE_FIELDS = (
     "health",
 )
 _sample_values = attrgetter(*SAMPLE_FIELDS)
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+_summary_values = attrgetter(*SUMMARY_FIELDS)
 
 
 def latest_key(node_name: str) -> str:
@@ -112,22 +112,23 @@ def record_heartbeat(
     received_at: datetime,
     hb: Heartbeat,
     pipe: redis.client.Pipeline | None = None,
-    samples: list[str] | None = None,
+    samples: list[bytes] | None = None,
+    summaries: list[str | bytes] | None = None,
 ) -> None:
     """Store a beat's telemetry: replace the node's latest values, buffer its raw samples.
 
     No database query. One Redis round trip, or none when the caller passes its own `pipe`
-    (the commands are queued there and run when the caller executes it; with `samples`, the
-    raw-sample row is appended there for the caller to buffer with a batch's others: see
-    buffer_samples). Samples are keyed by `received_at` (ms): recording the same beat with the
-    same time twice stores it once.
+    (the commands are queued there and run when the caller executes it; with `samples` and
+    `summaries`, the raw-sample row and the fleet summary are appended there for the caller to
+    send with a batch's others: see buffer_samples and put_summaries). Samples are keyed by
+    `received_at` (ms): recording the same beat with the same time twice stores it once.
     """
     body = hb.model_dump_json(include=LATEST_FIELDS)
     doc = f'{{"received_at":"{received_at.isoformat()}",{body[1:]}'
     ms = int(received_at.timestamp() * 1000)
-    row = _encode([node_id, ms, [_sample_values(c) for c in hb.chips]])
-    chips = [c.model_dump(include=SUMMARY_FIELDS) for c in hb.chips]
-    summary = json.dumps([ms, *node_summary(chips)], separators=(",", ":"))
+    row = orjson.dumps([node_id, ms, [_sample_values(c) for c in hb.chips]])
+    chips = [dict(zip(SUMMARY_FIELDS, _summary_values(c), strict=True)) for c in hb.chips]
+    summary = orjson.dumps([ms, *node_summary(chips)])
     ttl = int(settings.HEARTBEAT_INTERVAL_S * LATEST_TTL_BEATS)
     if pipe is not None:
         pipe.set(latest_key(node_name), doc, ex=ttl)
@@ -135,17 +136,27 @@ def record_heartbeat(
             samples.append(row)
         elif hb.chips:
             buffer_samples(pipe, [row])
-        pipe.eval(_FLEET_PUT_LUA, 3, *_fleet_keys(), node_name, summary)
+        if summaries is not None:
+            summaries += (node_name, summary)
+        else:
+            put_summaries(pipe, [node_name, summary])
         return
     r = get_redis()
     pipe = r.pipeline(transaction=False)
     pipe.set(latest_key(node_name), doc, ex=ttl)
     if hb.chips:
         pipe.rpush(samples_key(), row)
-    pipe.eval(_FLEET_PUT_LUA, 3, *_fleet_keys(), node_name, summary)
+    put_summaries(pipe, [node_name, summary])
     replies = pipe.execute()
     if hb.chips and replies[1] > MAX_BUFFERED_BEATS:  # the flush is not keeping up
         r.ltrim(samples_key(), -MAX_BUFFERED_BEATS, -1)
+
+
+def put_summaries(pipe: redis.client.Pipeline, pairs: list[str | bytes]) -> None:
+    """Queue the fleet summaries of one node or a batch (name, summary, name, summary, …):
+    one script call keeps the fleet totals up to date for all of them."""
+    if pairs:
+        pipe.eval(_FLEET_PUT_LUA, 3, *_fleet_keys(), *pairs)
 
 
 def buffer_samples(pipe: redis.client.Pipeline, rows: list[str]) -> None:
@@ -192,24 +203,32 @@ def latest(node_name: str, *, now: datetime | None = None) -> dict | None:
 # summary's time. Both scripts run atomically in Redis; cjson is built into its Lua. Sums go
 # out as '%.17g' strings: Lua numbers are doubles and Redis would truncate a returned number.
 #
-# Per beat: store the node's summary, then add (new - previous) to the sums — only while the
-# sums exist; when they do not (expired, evicted, first use), the next read rebuilds them.
+# Per beat, for one node or a whole batch (ARGV = name, summary, name, summary, …): store each
+# node's summary, then add the sum of (new - previous) to the sums, one HINCRBYFLOAT per field
+# for the batch — only while the sums exist; when they do not (expired, evicted, first use),
+# the next read rebuilds them.
 # Sent with EVAL, not EVALSHA: a beat's pipeline stays one round trip (redis-py checks a
 # pipeline's scripts with SCRIPT EXISTS first) and Redis caches the compiled script.
 _FLEET_PUT_LUA = """
-local new = cjson.decode(ARGV[2])
-local old = redis.call('HGET', KEYS[1], ARGV[1])
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[3], new[1], ARGV[1])
-if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
-local d = {}
-for j = 1, 6 do d[j] = new[j + 1] end
-if old then
-  local ok, o = pcall(cjson.decode, old)
-  if ok and type(o) == 'table' and #o == 7 then
-    for j = 1, 6 do d[j] = d[j] - o[j + 1] end
+local has_sums = redis.call('EXISTS', KEYS[2]) == 1
+local d = {0, 0, 0, 0, 0, 0}
+for i = 1, #ARGV, 2 do
+  local name, raw = ARGV[i], ARGV[i + 1]
+  local new = cjson.decode(raw)
+  local old = redis.call('HGET', KEYS[1], name)
+  redis.call('HSET', KEYS[1], name, raw)
+  redis.call('ZADD', KEYS[3], new[1], name)
+  if has_sums then
+    for j = 1, 6 do d[j] = d[j] + new[j + 1] end
+    if old then
+      local ok, o = pcall(cjson.decode, old)
+      if ok and type(o) == 'table' and #o == 7 then
+        for j = 1, 6 do d[j] = d[j] - o[j + 1] end
+      end
+    end
   end
 end
+if not has_sums then return 0 end
 for j = 1, 6 do
   if d[j] ~= 0 then redis.call('HINCRBYFLOAT', KEYS[2], j, string.format('%.17g', d[j])) end
 end
