@@ -151,8 +151,7 @@ def sync_node_users(r: Any, wanted: dict[str, str | list[str]]) -> SyncResult | 
             r.execute_command("ACL", "DELUSER", user)
             _kill_clients(r, user)
             removed.append(user)
-    for node, passwords in wanted.items():
-        _ensure_node_user(r, node_user(node), node, passwords)
+    _ensure_node_users(r, [(node_user(node), node, pw) for node, pw in wanted.items()])
     if removed:
         log.info("removed Redis users of nodes no longer enrolled: %s", ", ".join(removed))
     return SyncResult(ensured=sorted(keep), removed=sorted(removed))
@@ -180,10 +179,29 @@ def _managed(r: Any) -> bool:
 
 
 def _ensure_node_user(r: Any, user: str, node: str, passwords: list[str]) -> None:
-    old = r.acl_getuser(user)
-    _set_user(r, user, passwords, node_acl_rules(node))
-    if old and not set(map(_s, old.get("passwords") or [])) <= set(map(_hash, passwords)):
-        _kill_clients(r, user)
+    _ensure_node_users(r, [(user, node, passwords)])
+
+
+SYNC_CHUNK = 500
+
+
+def _ensure_node_users(r: Any, users: list[tuple[str, str, list[str]]]) -> None:
+    """Set each (user, node, passwords); cut the clients of a user whose password was dropped.
+    Pipelined, SYNC_CHUNK users a round trip: a 10,000-node fleet's periodic sync is 40 round
+    trips, not 20,000 (which stalled the inbox consumer ~2.5 s a minute)."""
+    for start in range(0, len(users), SYNC_CHUNK):
+        chunk = users[start : start + SYNC_CHUNK]
+        pipe = r.pipeline(transaction=False)
+        for user, _, _ in chunk:
+            pipe.acl_getuser(user)
+        olds = pipe.execute()
+        pipe = r.pipeline(transaction=False)
+        for user, node, passwords in chunk:
+            _set_user(pipe, user, passwords, node_acl_rules(node))
+        pipe.execute()
+        for (user, _, passwords), old in zip(chunk, olds, strict=True):
+            if old and not set(map(_s, old.get("passwords") or [])) <= set(map(_hash, passwords)):
+                _kill_clients(r, user)
 
 
 def _set_user(r: Any, user: str, passwords: str | list[str], rules: list[str]) -> None:
