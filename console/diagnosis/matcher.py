@@ -1,25 +1,68 @@
-"""Match a log (plus exit code, signal, npu-smi health, telemetry) against the rule base.
+"""Match a log (plus exit code, signal, npu-smi health, telemetry) against what the console knows.
 
-`diagnose()` is pure Python — no database, no Django — and makes one pass over the lines with
-precompiled regexes. It returns the rules that fired, best first, and an empty list when none
-did: there is no guess and no catch-all beyond the engine-crash rules, which only fire on real
-crash markers (a Python traceback, EngineDeadError, "Engine core initialization failed", …).
+`diagnose()` is pure Python — no database, no Django — and makes one pass over the lines. Three
+kinds of knowledge answer, best first:
 
-Ranking prefers the root cause over its consequences: a rule whose `consequence_of` names the
-category of another rule that also fired ranks below it (`*` = any other category); then a
-higher `priority` wins; then the rule whose first evidence comes earlier in the log.
+1. rules (rules/*.yaml): one failure each, with its evidence and remedy — confidence "high";
+2. the published Ascend codes (codes.py: aclError, CANN error-message codes, DCMI) — "medium"
+   for a code in the tables, "low" for one known only by its class or module;
+3. the vocabulary of failures (recognisers.py): the exception a traceback ends with, the words
+   of an ERROR line — "medium" for an exception, "low" for an error line.
+
+Ranking puts the root cause first: a symptom (a rule whose `consequence_of` names another
+category that fired, the engine-crash category, a generic exception) never outranks a cause
+found in the same log; then higher confidence, then `priority`, then the earlier line. When
+only symptoms are found, the top answer says so and what to collect next.
+
+Linear time, whatever the input: every regex runs in RE2 (no backtracking), all of a rule
+book's regexes in one automaton per line (rulebook.LineIndex), and a line longer than
+MAX_LINE_CHARS is read in overlapping pieces of that size. `deadline` (time.monotonic())
+bounds the whole pass: DiagnosisTimeout when it is passed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from console.diagnosis.rulebook import ANY_OTHER, HEALTH_VALUES, CompiledRule, RuleBook, rulebook
+from console.diagnosis import codes as codebook_mod
+from console.diagnosis import recognisers
+from console.diagnosis.rulebook import (
+    ANY_OTHER,
+    HEALTH_VALUES,
+    CompiledRule,
+    LineIndex,
+    RuleBook,
+    Target,
+    rulebook,
+)
 
 MAX_EVIDENCE = 5  # lines kept per diagnosis, after de-duplication
 MAX_EVIDENCE_CHARS = 400  # a line longer than this is cut (with an ellipsis)
+MAX_LINE_CHARS = 4096  # a longer line is read in pieces of this size …
+LINE_OVERLAP = 256  # … overlapping by this much, so a phrase across a cut is still seen
+MAX_CODES = 5  # distinct codes answered from the tables per log
+DEADLINE_EVERY = 256  # pieces between two looks at the clock
 _HEALTH = {v.lower(): v for v in HEALTH_VALUES}
+CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
+SYMPTOM_CATEGORY = "engine-crash"
+COLLECT_NEXT = (
+    "Only symptoms were recognised (the engine died); the cause is usually earlier or in the "
+    "device logs. Collect next:",
+    "the engine log from its first line (the console keeps it: the replica's log page);",
+    "the newest CANN plog of the engine's process: `ls -t ~/ascend/log/debug/plog/ | head` "
+    "(or under $ASCEND_PROCESS_LOG_PATH), and the device logs: `msnpureport -f` / "
+    "/var/log/npu/slog/;",
+    "the NPU's state: `npu-smi info`, `npu-smi info -t health -i N`, and `dmesg -T | grep -i "
+    "-e davinci -e ascend`;",
+    "run again with `ASCEND_GLOBAL_LOG_LEVEL=1 ASCEND_LAUNCH_BLOCKING=1` to name the failing "
+    "operator.",
+)
+
+
+class DiagnosisTimeout(Exception):
+    """The pass did not finish before its deadline (a pasted log too big for the limit)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +85,9 @@ class Diagnosis:
     explanation: str
     links: tuple[dict[str, str], ...]
     priority: int
+    confidence: str = "high"  # high (a rule), medium, low: see the module's docstring
+    symptom: bool = False
+    collect_next: tuple[str, ...] = field(default=())
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape shared by the API, the `diagnose` command and the page."""
@@ -54,11 +100,14 @@ class Diagnosis:
             "remediation": list(self.remediation),
             "explanation": self.explanation,
             "links": [dict(link) for link in self.links],
+            "confidence": self.confidence,
+            "symptom": self.symptom,
+            "collect_next": list(self.collect_next),
         }
 
 
 class _Hits:
-    """Evidence gathered for one rule during the pass."""
+    """Evidence gathered for one rule (or one code, one recognised exception) in the pass."""
 
     __slots__ = ("evidence", "seen", "first", "required", "full", "matched")
 
@@ -82,38 +131,96 @@ class _Hits:
         self.evidence.append(Evidence(number, text))
 
 
-def _check(rule: CompiledRule, hit: _Hits, number: int, line: str) -> None:
-    for regex in rule.line_regexes:
-        if regex.search(line):
-            hit.matched = True
-            hit.add(number, line)
-            break
-    for k, regex in enumerate(rule.requires):
-        if not hit.required[k] and regex.search(line):
-            hit.required[k] = True
-            hit.add(number, line)
+def pieces(text: str):
+    """(line number, text) of every line, a long line as overlapping MAX_LINE_CHARS pieces."""
+    step = MAX_LINE_CHARS - LINE_OVERLAP
+    for number, line in enumerate(text.splitlines(), start=1):
+        if len(line) <= MAX_LINE_CHARS:
+            yield number, line
+            continue
+        for start in range(0, len(line) - LINE_OVERLAP, step):
+            yield number, line[start : start + MAX_LINE_CHARS]
+
+
+@dataclass
+class _Found:
+    rules: dict[int, _Hits] = field(default_factory=dict)
+    codes: dict[str, tuple[codebook_mod.CodeEntry, _Hits]] = field(default_factory=dict)
+    words: dict[str, tuple[recognisers.Recognised, _Hits, str]] = field(default_factory=dict)
+
+
+_RECOGNISERS = {
+    "message-code": codebook_mod.MESSAGE_CODE.pattern,
+    "acl-code": codebook_mod.ACL_CODE.pattern,
+    "dcmi-code": codebook_mod.DCMI_CODE.pattern,
+    "exception": recognisers.EXCEPTION,
+    "error-line": recognisers.ERROR_LINE,
+}
+
+
+def _recogniser_index() -> LineIndex:
+    global _recognisers
+    if _recognisers is None:
+        _recognisers = LineIndex([(pattern, name) for name, pattern in _RECOGNISERS.items()])
+    return _recognisers
+
+
+_recognisers: LineIndex | None = None
+
+
+def _scan(text: str, book: RuleBook, deadline: float | None) -> _Found:
+    """One pass over the lines: rule hits, codes, and the vocabulary readings."""
+    found = _Found()
+    hits = {i: _Hits(len(r.requires)) for i, r in enumerate(book.rules) if r.line_regexes}
+    others = _recogniser_index()
+    codes = codebook_mod.codebook()
+    for count, (number, line) in enumerate(pieces(text)):
+        if deadline is not None and count % DEADLINE_EVERY == 0 and time.monotonic() > deadline:
+            raise DiagnosisTimeout(f"stopped at line {number}")
+        for target in book.index.match(line):
+            _hit(hits.get(target.rule), target, number, line)
+        kinds = others.match(line)
+        if not kinds:
+            continue
+        if "message-code" in kinds or "acl-code" in kinds or "dcmi-code" in kinds:
+            for entry in codebook_mod.find_codes(line, codes):
+                _add_code(found, entry, number, line)
+        if "exception" in kinds or "error-line" in kinds:
+            reading = recognisers.read_line(line, error_line="error-line" in kinds)
+            if reading is not None:
+                _add_reading(found, reading, number, line)
+    found.rules = {i: h for i, h in hits.items() if h.matched and all(h.required)}
+    return found
+
+
+def _hit(hit: _Hits | None, target: Target, number: int, line: str) -> None:
+    if hit is None or hit.full:
+        return
+    if target.require is None:
+        hit.matched = True
+        hit.add(number, line)
+    elif not hit.required[target.require]:
+        hit.required[target.require] = True
+        hit.add(number, line)
     if hit.matched and len(hit.evidence) >= MAX_EVIDENCE and all(hit.required):
         hit.full = True  # nothing more to learn about this rule
 
 
-def _scan(lines: list[str], book: RuleBook) -> dict[int, _Hits]:
-    """One pass over the lines; returns hits for each rule index whose log trigger fired.
-    A rule's regexes run only on lines holding one of their required literals."""
-    rules, index = book.rules, book.index
-    hits = {i: _Hits(len(r.requires)) for i, r in enumerate(rules) if r.line_regexes}
-    keywords, by_keyword = index.keywords, index.rules_by_keyword
-    for number, line in enumerate(lines, start=1):
-        present = [k for k in keywords if k in line]
-        if not present and not index.always:
-            continue
-        candidates = set(index.always)
-        for k in present:
-            candidates.update(by_keyword[k])
-        for i in candidates:
-            hit = hits.get(i)
-            if hit is not None and not hit.full:
-                _check(rules[i], hit, number, line)
-    return {i: h for i, h in hits.items() if h.matched and all(h.required)}
+def _add_code(found: _Found, entry, number: int, line: str) -> None:
+    if entry.code not in found.codes:
+        if len(found.codes) >= MAX_CODES:
+            return
+        found.codes[entry.code] = (entry, _Hits(0))
+    found.codes[entry.code][1].add(number, line)
+
+
+def _add_reading(found: _Found, reading: recognisers.Recognised, number: int, line: str) -> None:
+    key = (reading.entry.id if reading.entry else "exception") + (
+        ":exception" if reading.exception else ":line"
+    )
+    if key not in found.words:
+        found.words[key] = (reading, _Hits(0), key)
+    found.words[key][1].add(number, line)
 
 
 def _other_triggers(rule: CompiledRule, exit_code, signal, health, telemetry) -> list[str]:
@@ -147,45 +254,80 @@ def diagnose(
     health: str | None = None,
     telemetry: dict[str, float] | None = None,
     book: RuleBook | None = None,
+    deadline: float | None = None,
 ) -> list[Diagnosis]:
-    """The rules that fired on this evidence, best first; [] when nothing is recognised.
+    """What this evidence shows, root cause first; [] only when nothing is recognised.
 
     Pure and deterministic: the same input gives the same list. `telemetry` maps names such
     as `temperature_c` to numbers; `health` is an npu-smi value (OK, Warning, Alarm, Critical,
-    UNKNOWN, any case)."""
+    UNKNOWN, any case). `deadline`: a time.monotonic() value; DiagnosisTimeout once passed."""
     book = book or rulebook()
     exit_code, signal, health = _normalise(exit_code, signal, health)
-    hits = _scan(text.splitlines(), book)
-    found: list[tuple[CompiledRule, _Hits]] = []
+    scanned = _scan(text, book, deadline)
+    candidates: list[tuple[tuple, Diagnosis]] = []
+    categories = set()
+    fired: list[tuple[CompiledRule, _Hits]] = []
     for i, rule in enumerate(book.rules):
-        hit = hits.get(i)
+        hit = scanned.rules.get(i)
         extra = _other_triggers(rule, exit_code, signal, health, telemetry)
         if hit is None and not extra:
             continue
         hit = hit or _Hits(0)
         for line in extra:
             hit.add(None, line)
-        found.append((rule, hit))
-    return _rank(found)
+        fired.append((rule, hit))
+        categories.add(rule.rule.category)
+    # a rule written for this code, or matching the very lines it is on, says it better
+    ruled_codes = {code for rule, _ in fired for code in rule.rule.match.codes}
+    ruled_lines = {e.line for _, hit in fired for e in hit.evidence if e.line is not None}
+    others: list[tuple[Diagnosis, _Hits]] = [
+        (_from_code(entry, hit), hit)
+        for entry, hit in scanned.codes.values()
+        if entry.code not in ruled_codes and not {e.line for e in hit.evidence} <= ruled_lines
+    ]
+    others += [(_from_reading(r, hit, key), hit) for r, hit, key in scanned.words.values()]
+    categories |= {d.category for d, _ in others if not d.symptom}
+    for rule, hit in fired:
+        diagnosis = _from_rule(rule, hit, _demoted(rule, categories))
+        candidates.append((_key(diagnosis, hit), diagnosis))
+    candidates += [(_key(d, hit), d) for d, hit in others]
+    ranked = _dedupe([d for _, d in sorted(candidates, key=lambda c: c[0])])
+    if ranked and all(d.symptom for d in ranked):
+        top = ranked[0]
+        ranked[0] = Diagnosis(**{**top.__dict__, "collect_next": COLLECT_NEXT})
+    return ranked
 
 
-def _rank(found: list[tuple[CompiledRule, _Hits]]) -> list[Diagnosis]:
-    categories = {rule.rule.category for rule, _ in found}
-
-    def demoted(rule: CompiledRule) -> bool:
-        others = categories - {rule.rule.category}
-        causes = set(rule.rule.consequence_of)
-        return bool(others & causes) or (ANY_OTHER in causes and bool(others))
-
-    def key(item):
-        rule, hit = item
-        first = hit.first if hit.first is not None else float("inf")
-        return (demoted(rule), -rule.rule.priority, first, rule.id)
-
-    return [_diagnosis(rule, hit) for rule, hit in sorted(found, key=key)]
+def _demoted(rule: CompiledRule, categories: set[str]) -> bool:
+    others = categories - {rule.rule.category}
+    causes = set(rule.rule.consequence_of)
+    return bool(others & causes) or (ANY_OTHER in causes and bool(others))
 
 
-def _diagnosis(compiled: CompiledRule, hit: _Hits) -> Diagnosis:
+def _key(d: Diagnosis, hit: _Hits) -> tuple:
+    first = hit.first if hit.first is not None else float("inf")
+    return (d.symptom, CONFIDENCE[d.confidence], -d.priority, first, d.rule)
+
+
+def _dedupe(ranked: list[Diagnosis]) -> list[Diagnosis]:
+    """A code or a reading that only repeats a category a rule above it already gave adds
+    nothing but noise: kept only when it says something new."""
+    out: list[Diagnosis] = []
+    rule_categories: set[str] = set()
+    for d in ranked:
+        if (
+            d.confidence != "high"
+            and d.category in rule_categories
+            and not d.rule.startswith("code:")
+        ):
+            continue
+        if d.confidence == "high":
+            rule_categories.add(d.category)
+        out.append(d)
+    return out
+
+
+def _from_rule(compiled: CompiledRule, hit: _Hits, demoted: bool) -> Diagnosis:
     rule = compiled.rule
     return Diagnosis(
         rule=rule.id,
@@ -197,4 +339,68 @@ def _diagnosis(compiled: CompiledRule, hit: _Hits) -> Diagnosis:
         explanation=rule.explanation.strip(),
         links=tuple({"title": link.title, "url": link.url} for link in rule.links),
         priority=rule.priority,
+        confidence="high",
+        symptom=demoted or rule.category == SYMPTOM_CATEGORY,
+    )
+
+
+def _from_code(entry, hit: _Hits) -> Diagnosis:
+    kind = codebook_mod.KIND_TITLES[entry.kind]
+    name = f" ({entry.name})" if entry.name else ""
+    known = "" if entry.exact else " — this exact code is not in the table; its class says:"
+    return Diagnosis(
+        rule=f"code:{entry.code}",
+        category=entry.category,
+        severity="critical",
+        title=f"{kind} {entry.code}{name}{known} {entry.meaning}",
+        evidence=tuple(hit.evidence),
+        remediation=(entry.remedy,),
+        explanation=(
+            f"{entry.code} is a {kind.lower()}{name}. {entry.meaning} Read from the published "
+            f"table: {entry.source_title}."
+        ),
+        links=({"title": entry.source_title, "url": entry.source_url},),
+        priority=50 if entry.exact and not entry.inner else (30 if entry.exact else 20),
+        confidence="medium" if entry.exact and not entry.inner else "low",
+        symptom=entry.category == SYMPTOM_CATEGORY,
+    )
+
+
+def _from_reading(reading: recognisers.Recognised, hit: _Hits, key: str) -> Diagnosis:
+    entry = reading.entry
+    said = f"{reading.exception}: {reading.message}" if reading.exception else reading.message
+    said = said if len(said) <= 160 else said[:159] + "…"
+    if entry is None:  # an exception with no known words: what the engine died of, a symptom
+        return Diagnosis(
+            rule="exception",
+            category=SYMPTOM_CATEGORY,
+            severity="critical",
+            title=f"The engine stopped on {said}",
+            evidence=tuple(hit.evidence),
+            remediation=("Read the lines above the exception for its cause.",),
+            explanation=(
+                "The log ends a Python traceback with this exception; no rule and no known "
+                "wording says what caused it."
+            ),
+            links=(),
+            priority=20,
+            confidence="low",
+            symptom=True,
+        )
+    return Diagnosis(
+        rule=f"words:{key}",
+        category=entry.category,
+        severity="critical",
+        title=f"{entry.title}: {said}",
+        evidence=tuple(hit.evidence),
+        remediation=(entry.remedy,),
+        explanation=(
+            f"Recognised by its wording ({'the exception a traceback ends with' if reading.exception else 'an error line'}"
+            f"), not by a rule written for this failure: {entry.title.lower()}."
+        ),
+        links=(),
+        # an exception's own words name what was being done: above a code's table meaning
+        priority=55 if reading.exception else 25,
+        confidence="medium" if reading.exception else "low",
+        symptom=entry.category == SYMPTOM_CATEGORY,
     )

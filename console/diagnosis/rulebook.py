@@ -2,7 +2,7 @@
 
 A rule file holds `rules:` (and, only when it needs one, `categories:` — a new category with the
 reason it exists). `load_rulebook()` reads every file, checks every rule (unique id, known
-category, regexes that compile, a numbered remediation, at least one sample and one
+category, regexes that RE2 — a linear-time engine — accepts, a numbered remediation, at least one sample and one
 counter-sample) and raises `RuleFileError` naming the file and the rule id on the first problem.
 Pure Python: no database, no Django.
 """
@@ -14,10 +14,9 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from re import _constants as sre_constants  # CPython's regex parser: only for the speed-up
-from re import _parser as sre_parser
 from typing import Literal
 
+import re2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -108,9 +107,12 @@ class Matchers(_Strict):
     def _compiles(cls, value: list[str]) -> list[str]:
         for pattern in value:
             try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"regex {pattern!r} does not compile: {exc}") from None
+                compile_linear(pattern)
+            except re2.error as exc:
+                raise ValueError(
+                    f"regex {pattern!r} is not accepted by the linear-time engine (RE2: no "
+                    f"look-around, no back-references): {exc}"
+                ) from None
         return value
 
     @field_validator("codes")
@@ -180,8 +182,8 @@ class CompiledRule:
 
     rule: Rule
     file: str
-    line_regexes: tuple[re.Pattern, ...]
-    requires: tuple[re.Pattern, ...]
+    line_regexes: tuple[str, ...]  # RE2 syntax; run together in the book's LineIndex
+    requires: tuple[str, ...]
     telemetry: tuple[tuple[str, str, float], ...] = field(default=())
 
     @property
@@ -198,20 +200,40 @@ class CompiledRule:
 
 
 @dataclass(frozen=True)
-class KeywordIndex:
-    """A literal that each regex needs, so the matcher runs a rule's regexes only on lines
-    containing one of its literals (`in` is far cheaper than a regex search)."""
+class Target:
+    """What one pattern of the LineIndex stands for: rule `rule`'s trigger (`require` None)
+    or its `require`-th `requires` regex."""
 
-    keywords: tuple[str, ...]
-    rules_by_keyword: dict[str, tuple[int, ...]]
-    always: tuple[int, ...]  # rules with a regex no literal could be drawn from
+    rule: int
+    require: int | None
+
+
+class LineIndex:
+    """Every rule regex in one RE2 set: one linear-time pass per line says which of them
+    match (RE2 builds one automaton for all; no pattern can backtrack). Extra patterns (the
+    code and exception recognisers) ride in the same pass; `match` returns their names."""
+
+    def __init__(self, targets: list[tuple[str, Target | str]]) -> None:
+        self._set = re2.Set.SearchSet(_options())
+        self.targets: list[Target | str] = []
+        for pattern, target in targets:
+            if self._set.Add(pattern) != len(self.targets):
+                raise RuleFileError(f"regex {pattern!r} was not accepted by the RE2 set")
+            self.targets.append(target)
+        if self.targets:
+            self._set.Compile()
+
+    def match(self, line: str) -> list[Target | str]:
+        if not self.targets:
+            return []
+        return [self.targets[i] for i in self._set.Match(line) or ()]
 
 
 @dataclass(frozen=True)
 class RuleBook:
     rules: tuple[CompiledRule, ...]
     categories: dict[str, str]  # name -> reason ("" for the fixed vocabulary)
-    index: KeywordIndex = field(default_factory=lambda: KeywordIndex((), {}, ()))
+    index: LineIndex = field(default_factory=lambda: LineIndex([]))
 
     def by_id(self, rule_id: str) -> CompiledRule:
         for compiled in self.rules:
@@ -220,13 +242,25 @@ class RuleBook:
         raise KeyError(rule_id)
 
 
-def _codes_regex(codes: list[str]) -> re.Pattern:
-    alternatives = "|".join(re.escape(c) for c in codes)
-    return re.compile(rf"(?<![0-9A-Za-z])(?:{alternatives})(?![0-9A-Za-z])")
+def _options() -> re2.Options:
+    options = re2.Options()
+    options.max_mem = 256 << 20  # the set's automaton: a too-small budget would miss matches
+    options.log_errors = False
+    return options
+
+
+def compile_linear(pattern: str):
+    """A regex compiled by RE2: matching time linear in the line, whatever the line."""
+    return re2.compile(pattern, _options())
+
+
+def _codes_regex(codes: list[str]) -> str:
+    alternatives = "|".join(re2.escape(c) for c in codes)
+    return rf"(?:^|[^0-9A-Za-z])(?:{alternatives})(?:[^0-9A-Za-z]|$)"
 
 
 def compile_rule(rule: Rule, file: str) -> CompiledRule:
-    regexes = [re.compile(p) for p in rule.match.patterns]
+    regexes = list(rule.match.patterns)
     if rule.match.codes:
         regexes.append(_codes_regex(rule.match.codes))
     telemetry = []
@@ -237,62 +271,20 @@ def compile_rule(rule: Rule, file: str) -> CompiledRule:
         rule=rule,
         file=file,
         line_regexes=tuple(regexes),
-        requires=tuple(re.compile(p) for p in rule.match.requires),
+        requires=tuple(rule.match.requires),
         telemetry=tuple(telemetry),
     )
 
 
-def _literal_runs(items) -> list[str]:
-    runs, current = [], []
-    for op, arg in items:
-        if op is sre_constants.LITERAL:
-            current.append(chr(arg))
-            continue
-        if current:
-            runs.append("".join(current))
-            current = []
-    if current:
-        runs.append("".join(current))
-    return runs
-
-
-def required_literals(pattern: str) -> tuple[str, ...] | None:
-    """Literals of which every match of `pattern` contains at least one, or None when none
-    can be drawn (then the regex runs on every line). Only a speed-up: never changes results."""
-    try:
-        parsed = sre_parser.parse(pattern)
-        if parsed.state.flags & re.IGNORECASE:
-            return None
-        items = list(parsed)
-        single_branch = len(items) == 1 and items[0][0] is sre_constants.BRANCH
-        branches = items[0][1][1] if single_branch else [items]
-        found = []
-        for branch in branches:
-            best = max(_literal_runs(branch), key=len, default="")
-            if len(best) < 3:
-                return None
-            found.append(best)
-        return tuple(found)
-    except Exception:  # noqa: BLE001 - an internal API changed: fall back to always running
-        return None
-
-
-def build_index(rules: tuple[CompiledRule, ...]) -> KeywordIndex:
-    by_keyword: dict[str, set[int]] = {}
-    always: set[int] = set()
+def build_index(rules: tuple[CompiledRule, ...], extra: dict[str, str] | None = None) -> LineIndex:
+    """One RE2 set over every rule's trigger and `requires` regexes, plus `extra` (name ->
+    pattern) recognisers."""
+    targets: list[tuple[str, Target | str]] = []
     for i, rule in enumerate(rules):
-        for regex in rule.line_regexes + rule.requires:
-            literals = required_literals(regex.pattern)
-            if literals is None:
-                always.add(i)
-                continue
-            for literal in literals:
-                by_keyword.setdefault(literal, set()).add(i)
-    return KeywordIndex(
-        keywords=tuple(sorted(by_keyword)),
-        rules_by_keyword={k: tuple(sorted(v)) for k, v in by_keyword.items()},
-        always=tuple(sorted(always)),
-    )
+        targets += [(pattern, Target(i, None)) for pattern in rule.line_regexes]
+        targets += [(pattern, Target(i, k)) for k, pattern in enumerate(rule.requires)]
+    targets += [(pattern, name) for name, pattern in (extra or {}).items()]
+    return LineIndex(targets)
 
 
 def _read_yaml(path: Path):

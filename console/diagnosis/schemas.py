@@ -30,6 +30,9 @@ class DiagnosisOut(Schema):
     remediation: list[str]
     explanation: str
     links: list[LinkOut]
+    confidence: str  # high: a rule; medium: a code in the tables or an exception's words; low
+    symptom: bool  # a consequence (the engine died), never ranked above a cause
+    collect_next: list[str]  # when only symptoms were found: what to collect next
 
 
 class FaultLevelOut(Schema):

@@ -1,10 +1,18 @@
-"""The quality figure: top-1 category accuracy over every real failure sample is >= 90%."""
+"""The quality figures: top-1 category accuracy on the rule samples and on the evaluation corpus
+(real logs from public issue threads, split by thread into development and test sets), and never
+an empty answer for a log that holds an Ascend error code."""
 
 from __future__ import annotations
 
 from bench.diagnosis_accuracy import score
+from tests.console.diagnosis.corpus import all_logs, corpus_logs, fixture_logs, split_of
 from tests.console.diagnosis.expected import EXPECTED
 from tests.console.diagnosis.samples import ASCEND
+
+# Floors pinned at what the rules reach (docs/diagnosis.md has the figures); the goal is 90 %.
+FIXTURES_FLOOR = 0.9
+DEV_FLOOR = 0.82
+TEST_FLOOR = 0.80
 
 
 def test_every_ascend_error_sample_has_an_expected_category():
@@ -12,7 +20,52 @@ def test_every_ascend_error_sample_has_an_expected_category():
     assert names and names <= set(EXPECTED), names - set(EXPECTED)
 
 
-def test_top1_category_accuracy_is_at_least_90_percent():
-    result = score()
+def test_the_corpus_holds_150_real_logs_each_with_its_source_and_a_known_label():
+    from console.diagnosis.rulebook import rulebook
+
+    logs = corpus_logs()
+    assert len(logs) >= 150
+    categories = set(rulebook().categories)
+    for log in logs:
+        assert log.source.startswith("https://"), log.name
+        assert log.label in categories, (log.name, log.label)
+        first = log.path.read_text(encoding="utf-8").splitlines()[0]
+        assert first == f"# source: {log.source}", log.name
+    assert len({log.source for log in logs}) == len(logs)  # one log per thread
+
+
+def test_the_split_is_by_thread_and_both_sides_are_large():
+    logs = corpus_logs()
+    test = [log for log in logs if log.split == "test"]
+    assert 0.25 * len(logs) <= len(test) <= 0.5 * len(logs)
+    assert all(split_of(log.source) == log.split for log in logs)
+
+
+def test_no_rule_sample_is_a_test_log():
+    from console.diagnosis.rulebook import rulebook
+
+    test_names = {log.name for log in corpus_logs() if log.split == "test"}
+    for rule in rulebook().rules:
+        for sample in (*rule.rule.samples, *rule.rule.counter_samples):
+            assert sample.file not in test_names, (rule.id, sample.file)
+
+
+def test_top1_on_the_rule_samples_is_at_least_90_percent():
+    result = score(fixture_logs())
     assert result.scored >= len(list(ASCEND.glob("err-*")))
-    assert result.ratio >= 0.9, f"{result.ratio:.1%}; misses: {result.misses}"
+    assert result.ratio >= FIXTURES_FLOOR, f"{result.ratio:.1%}; misses: {result.misses}"
+
+
+def test_top1_on_the_development_set_holds_its_floor():
+    result = score([log for log in all_logs() if log.split == "dev"])
+    assert result.ratio >= DEV_FLOOR, f"{result.ratio:.1%}; misses: {result.misses}"
+
+
+def test_top1_on_the_test_set_holds_its_floor():
+    result = score([log for log in corpus_logs() if log.split == "test"])
+    assert result.ratio >= TEST_FLOOR, f"{result.ratio:.1%}"  # misses are not printed
+
+
+def test_a_log_with_an_ascend_code_never_gets_an_empty_answer():
+    result = score(all_logs())
+    assert result.coded_but_empty == []

@@ -1,0 +1,115 @@
+"""Recognisers for what no rule was written for: the exception a Python traceback ends with,
+the message of an ERROR / failed line, and the published Ascend codes (codes.py).
+
+A rule (rules/*.yaml) knows one failure well; these know the *vocabulary* of failures
+(data/vocabulary.yaml): an exception class and the words of its message name a category even in
+a wording never seen. Their answers rank below a rule's (confidence "medium" for an exception or
+an exact code, "low" for an error line or a code known only by its class), and a generic
+exception with no known words is a symptom — it never outranks a cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from console.diagnosis.rulebook import RuleFileError, compile_linear
+
+VOCABULARY = Path(__file__).resolve().parent / "data" / "vocabulary.yaml"
+
+# The last line of a traceback: a dotted CamelCase class ending in Error/Exception/…, then ": ".
+# Logging prefixes come first ("(EngineCore pid=1) ERROR 05-01 12:00:00 [core.py:1] ValueError:
+# …"), so the class may follow a space, bracket or colon.
+# A class without such an ending counts when it is module-qualified (huggingface_hub.utils.
+# OfflineModeIsEnabled: …). Pasted logs often quote it in backticks.
+EXCEPTION = (
+    r"(?:^|[\s\]\)>|:`'\"])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Timeout|Failure|"
+    r"NotFound)|(?:[a-z_]\w*\.)+[A-Z]\w*)(?:\([^)]{0,80}\))?(?::\s*(.*)|$)"
+)
+# An error line that is not a traceback's end: a log level or a failure word.
+ERROR_LINE = (
+    r"(?:\bERROR\b|\[ERROR\]|\bFATAL\b|\bCRITICAL\b|\bE\d{4} |"
+    r"(?i:\bfailed\b|\bfailure\b|\berror:|\bexception\b|errorstr))"
+)
+
+
+class _Example(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    text: str
+    source: str = Field(min_length=3)
+
+
+class Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str
+    category: str
+    title: str
+    classes: str | None = None
+    words: str
+    remedy: str
+    examples: list[_Example] = Field(min_length=1)
+    counter: list[_Example] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Word:
+    entry: Entry
+    classes: object | None  # compiled RE2
+    words: object
+
+
+@dataclass(frozen=True)
+class Recognised:
+    """One line's reading: the entry whose vocabulary it uses (None: an exception with no
+    known words), the exception class if the line ends a traceback, and its message."""
+
+    entry: Entry | None
+    exception: str | None
+    message: str
+
+
+@cache
+def vocabulary() -> tuple[Word, ...]:
+    try:
+        raw = yaml.safe_load(VOCABULARY.read_text(encoding="utf-8")) or {}
+        entries = [Entry.model_validate(e) for e in raw.get("entries", [])]
+    except (ValidationError, yaml.YAMLError) as exc:
+        raise RuleFileError(f"{VOCABULARY.name}: {str(exc)[:2000]}") from None
+    words = []
+    for e in entries:
+        try:
+            classes = compile_linear(e.classes) if e.classes else None
+            words.append(Word(e, classes, compile_linear(f"(?i:{e.words})")))
+        except Exception as exc:  # noqa: BLE001 - re2.error: name the entry
+            raise RuleFileError(f"{VOCABULARY.name}: entry {e.id}: {exc}") from None
+    return tuple(words)
+
+
+_exception = compile_linear(EXCEPTION)
+
+
+def read_line(line: str, *, error_line: bool) -> Recognised | None:
+    """The vocabulary reading of one line: an exception line always gets one (entry None when
+    its words are unknown); another line only when it is an error line with known words."""
+    m = _exception.search(line)
+    if m:
+        cls, message = m.group(1).rsplit(".", 1)[-1], (m.group(2) or "").strip()
+        return Recognised(classify(cls, message), m.group(1), message)
+    if error_line:
+        entry = classify(None, line)
+        if entry is not None:
+            return Recognised(entry, None, line.strip())
+    return None
+
+
+def classify(cls: str | None, message: str) -> Entry | None:
+    for word in vocabulary():
+        if cls and word.classes is not None and word.classes.search(cls):
+            return word.entry
+        if word.words.search(message):
+            return word.entry
+    return None
