@@ -188,8 +188,10 @@ def apply_report(payload: dict, *, node: str) -> Replica | None:
             return replica  # an older engine of this replica: the agent replaces it
         if report.generation == replica.generation and _older_than_applied(report):
             return replica  # older than what we already know (e.g. a heartbeat's snapshot)
-        _apply(replica, report)
+        failed = _apply(replica, report)
         _remember_applied(report)
+    if failed:  # diagnosed outside the transaction: the row lock is not held while matching
+        on_failure(replica, report)
     if report.metrics:
         get_redis().set(
             metrics_key(replica.pk),
@@ -226,10 +228,11 @@ def _remember_applied(report: EngineReport) -> None:
         log.warning("could not remember the last applied report of %s", report.replica_id)
 
 
-def _apply(replica: Replica, report: EngineReport) -> None:
+def _apply(replica: Replica, report: EngineReport) -> bool:
+    """Apply the report's state; True when it is a failure to diagnose (after the commit)."""
     to = PHASE_TO_STATE.get(report.phase)
     if to is None:
-        return
+        return False
     reason = report.reason or report.phase
     fields = {"pid": report.pid, "restarts": report.restarts, "exit_code": report.exit_code}
     if report.log_path:
@@ -238,12 +241,11 @@ def _apply(replica: Replica, report: EngineReport) -> None:
         fields["log_tail"] = report.log_tail[-50:]
     if to == replica.state:
         Replica.objects.filter(pk=replica.pk).update(**fields)
-        return
+        return False
     if transition_replica(replica, to, reason, **fields) and to == ReplicaState.STOPPED:
         scheduler.release(replica)
         Replica.objects.filter(pk=replica.pk).update(pid=None)
-    if to in (ReplicaState.FAILED, ReplicaState.CRASH_LOOP, ReplicaState.UNHEALTHY):
-        on_failure(replica, report)
+    return to in (ReplicaState.FAILED, ReplicaState.CRASH_LOOP, ReplicaState.UNHEALTHY)
 
 
 def on_failure(replica: Replica, report: EngineReport) -> None:

@@ -7,6 +7,7 @@ than by ninja so that a log over 5 MB gets a 422 naming "text" whatever Django's
 DATA_UPLOAD_MAX_MEMORY_SIZE is.
 """
 
+import asyncio
 import json
 from datetime import datetime
 
@@ -18,6 +19,7 @@ from pydantic import ValidationError
 from console.accounts.models import Role
 from console.accounts.services import actor_from_request, authenticate_token, check_role
 from console.diagnosis import faultcodes, incidents, services
+from console.diagnosis.codes import codebook
 from console.diagnosis.models import IncidentStatus
 from console.diagnosis.schemas import DiagnoseIn, DiagnosisOut, FaultLevelOut
 from console.errors import Invalid
@@ -95,18 +97,54 @@ _BODY_DOC = {
     auth=[ViewerTokenAuth(), ViewerSessionAuth(csrf=True)],
     openapi_extra=_BODY_DOC,
 )
-def diagnose(request):
+async def diagnose(request):
     """Match a log (≤ 5 MB) plus optional exit code, signal, npu-smi health and telemetry
-    against the rule base. Returns the diagnoses best first; [] when nothing is recognised."""
+    against the rule base. Returns the diagnoses best first; [] when nothing is recognised.
+
+    Runs in a thread of its own (not the one every synchronous view shares) and within
+    services.TIME_LIMIT_S: a pasted log never holds up the rest of the console."""
     payload = _read_payload(request)
-    found = services.diagnose_text(
+    found = await asyncio.to_thread(
+        services.diagnose_text,
         text=payload.text,
         exit_code=payload.exit_code,
         signal=payload.signal,
         health=payload.health,
         telemetry=payload.telemetry,
+        time_limit_s=services.TIME_LIMIT_S,
     )
     return [d.as_dict() for d in found]
+
+
+class CodeSourceOut(Schema):
+    title: str
+    url: str
+
+
+class CodeOut(Schema):
+    code: str
+    kind: str
+    kind_title: str
+    name: str
+    category: str
+    meaning: str
+    remedy: str
+    source: CodeSourceOut
+    exact: bool  # False: only the code's class (leading digits) or module (prefix) is known
+
+
+@router.get("/diagnose/codes/{code}", response=CodeOut)
+def error_code(request, code: str):
+    """What an Ascend error code means: AscendCL (507035), CANN error-message (EI0006) or DCMI
+    (-8005), from the published tables with their source. A code missing from the tables but
+    of a known class or module gets that class's meaning (`exact`: false)."""
+    entry = codebook().lookup(code[:16])
+    if entry is None:
+        raise Invalid(
+            "code: not an Ascend error code the console knows (e.g. 507035, EI0006, -8005)",
+            field="code",
+        )
+    return entry.as_dict()
 
 
 @router.get("/diagnose/fault-codes/{code}", response=FaultLevelOut)

@@ -69,6 +69,9 @@ def _record_open(fingerprint: str, fields: dict, note: str = "") -> Incident | N
         return None
 
 
+TAIL_WHEN_UNMATCHED = 20
+
+
 def evidence_context(lines: list[str], diagnoses: list[dict]) -> list[dict]:
     """Each evidence line with CONTEXT_LINES lines either side, evidence lines marked `hit`."""
     hits = {ev["line"] for d in diagnoses for ev in d["evidence"] if ev["line"] is not None}
@@ -84,6 +87,12 @@ def evidence_context(lines: list[str], diagnoses: list[dict]) -> list[dict]:
                 {"n": i, "text": lines[i - 1][:400], "hit": i in hits} for i in range(lo, hi + 1)
             ]
             blocks.append({"line": n, "rule": d["rule"], "context": context})
+    if not blocks and lines:  # nothing pinned a line: show the lines it was opened from
+        lo = max(1, len(lines) - TAIL_WHEN_UNMATCHED + 1)
+        context = [
+            {"n": i, "text": lines[i - 1][:400], "hit": False} for i in range(lo, len(lines) + 1)
+        ]
+        blocks.append({"line": lo, "rule": "", "context": context})
     return blocks
 
 
@@ -108,8 +117,9 @@ def open_incident_for_replica(replica, report) -> Incident | None:
     incident, keyed by deployment + top category. With no rule matched the incident is still
     opened (category engine-crash, titled from the report's reason). Never raises."""
     try:
-        lines = list(report.log_tail or [])
-        text = "\n".join([report.reason or "", *lines])  # the supervisor's own reason counts too
+        # the supervisor's own reason counts too; evidence line numbers are of this text
+        lines = [*(report.reason or "").splitlines(), *(report.log_tail or [])]
+        text = "\n".join(lines)
         found = [
             d.as_dict() for d in diagnose(text, exit_code=report.exit_code, signal=report.signal)
         ]

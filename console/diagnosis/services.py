@@ -6,11 +6,14 @@ which the API maps to 422 {"message", "field"} and the page shows next to the fi
 
 from __future__ import annotations
 
-from console.diagnosis.matcher import Diagnosis, diagnose
+import time
+
+from console.diagnosis.matcher import Diagnosis, DiagnosisTimeout, diagnose
 from console.diagnosis.rulebook import HEALTH_VALUES
 from console.errors import Invalid
 
 MAX_TEXT_BYTES = 5 * 1024 * 1024  # 5 MB of log text (UTF-8)
+TIME_LIMIT_S = 10.0  # a pasted log's pass (5 MB of hostile text takes < 1 s: docs/diagnosis.md)
 _HEALTH = {v.lower(): v for v in HEALTH_VALUES}
 
 
@@ -45,12 +48,25 @@ def diagnose_text(
     signal: int | None = None,
     health: str | None = None,
     telemetry: dict[str, float] | None = None,
+    time_limit_s: float | None = TIME_LIMIT_S,
 ) -> list[Diagnosis]:
-    """Check the inputs, then run the matcher (ranked, possibly empty)."""
-    return diagnose(
-        check_text(text),
-        exit_code=exit_code,
-        signal=signal,
-        health=check_health(health),
-        telemetry=telemetry,
-    )
+    """Check the inputs, then run the matcher (ranked, possibly empty) within `time_limit_s`
+    (Invalid on the `text` field when it is passed)."""
+    text = check_text(text)
+    health = check_health(health)
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+    try:
+        return diagnose(
+            text,
+            exit_code=exit_code,
+            signal=signal,
+            health=health,
+            telemetry=telemetry,
+            deadline=deadline,
+        )
+    except DiagnosisTimeout:
+        raise Invalid(
+            f"text: the log took longer than {time_limit_s:g} s to diagnose; paste the part "
+            "around the first error",
+            field="text",
+        ) from None

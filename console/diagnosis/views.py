@@ -7,6 +7,7 @@ from django.shortcuts import render
 
 from console.accounts.decorators import role_required
 from console.diagnosis import faultcodes, services
+from console.diagnosis.codes import codebook
 from console.diagnosis.rulebook import HEALTH_VALUES, knowledge, rulebook
 from console.errors import Invalid
 
@@ -50,7 +51,11 @@ def diagnose_page(request):
 def rules_page(request):
     """The knowledge base: every rule, the categories, checked folklore and fault-code levels."""
     book = rulebook()
+    code = request.GET.get("code", "").strip()[:16]
     context = {
+        "code_query": code,
+        "code_entry": _look_up(code),
+        "codes_known": len(codebook()),
         "rules": [compiled.rule for compiled in book.rules],
         "categories": sorted(book.categories.items()),
         "knowledge": knowledge(),
@@ -58,3 +63,18 @@ def rules_page(request):
         "catalogue_source": faultcodes.catalogue_source(),
     }
     return render(request, "diagnosis/rules.html", context)
+
+
+def _look_up(code: str) -> dict | None:
+    """The rules page's code box: an Ascend error code from the published tables, or a chip
+    fault code (8 hex digits) with its handling level."""
+    if not code:
+        return None
+    entry = codebook().lookup(code)
+    if entry is not None:
+        return entry.as_dict()
+    try:
+        level = faultcodes.fault_level(code)
+    except ValueError:
+        return None
+    return {"fault": level} if level.get("known") else None

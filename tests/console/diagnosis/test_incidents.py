@@ -247,3 +247,24 @@ def test_webhook_connection_error_is_retryable(monkeypatch, db):
     monkeypatch.setenv("INCIDENT_WEBHOOK_URL", "http://127.0.0.1:9/nothing-listens")
     with pytest.raises(webhooks.RetryableError):
         webhooks.deliver(incident.pk, "opened")
+
+
+def test_an_incident_with_no_matched_line_still_shows_the_lines_it_was_opened_from():
+    from console.diagnosis.incidents import TAIL_WHEN_UNMATCHED, evidence_context
+
+    lines = [f"line {i}" for i in range(1, 31)]
+    blocks = evidence_context(lines, [])
+    assert len(blocks) == 1
+    shown = [row["text"] for row in blocks[0]["context"]]
+    assert shown == lines[-TAIL_WHEN_UNMATCHED:]
+
+
+def test_evidence_context_points_at_the_line_the_matcher_saw():
+    from console.diagnosis.incidents import evidence_context
+    from console.diagnosis.matcher import diagnose
+
+    lines = ["engine exited", "INFO start", "RuntimeError: NPU out of memory.", "INFO end"]
+    found = [d.as_dict() for d in diagnose("\n".join(lines))]
+    (block,) = [b for b in evidence_context(lines, found) if b["rule"] == found[0]["rule"]]
+    hit = [row["text"] for row in block["context"] if row["hit"]]
+    assert hit == ["RuntimeError: NPU out of memory."]

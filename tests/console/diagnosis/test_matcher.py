@@ -130,3 +130,47 @@ def test_ten_thousand_lines_in_well_under_a_second():
     found = diagnose(text)
     assert time.perf_counter() - start < 1.0
     assert found and len({d.rule for d in found}) == len(found)
+
+
+def _timed(text: str) -> float:
+    start = time.perf_counter()
+    diagnose(text)
+    return time.perf_counter() - start
+
+
+def test_adversarial_lines_from_every_rules_own_words_are_read_in_linear_time():
+    from tests.console.diagnosis.adversarial import line_of
+
+    diagnose("warm up")
+    for shape in ("{}", "/health: no answer: {}", "Traceback {} Error: "):
+        small = shape.format(line_of(100_000))
+        big = shape.format(line_of(400_000))
+        t_small = min(_timed(small) for _ in range(3))
+        t_big = min(_timed(big) for _ in range(3))
+        assert t_big < 6 * t_small + 0.05, (shape, t_small, t_big)  # 4x the text, ~4x time
+        assert t_big < 1.0, (shape, t_big)
+
+
+def test_the_issue_line_that_took_5_seconds():
+    line = "/health: no answer: " * 15_000  # 300 KB, 5.4 s with the backtracking engine
+    assert _timed(line) < 0.5
+
+
+def test_a_deadline_stops_the_pass():
+    from console.diagnosis.matcher import DiagnosisTimeout
+    from tests.console.diagnosis.adversarial import text_of
+
+    text = text_of(2_000_000, 300)
+    try:
+        diagnose(text, deadline=time.monotonic() - 1)
+    except DiagnosisTimeout:
+        pass
+    else:
+        raise AssertionError("a passed deadline must stop the pass")
+
+
+def test_a_cause_past_the_first_piece_of_a_long_line_is_still_found():
+    line = (
+        "x" * 10_000 + " RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB " + "y" * 9000
+    )
+    assert diagnose(line)[0].category == "npu-oom"
