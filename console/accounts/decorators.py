@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from functools import wraps
+from inspect import iscoroutinefunction
 
+from asgiref.sync import sync_to_async
 from django.core.exceptions import PermissionDenied
 
 from console.accounts.services import has_role
@@ -13,6 +15,18 @@ def role_required(role: str):
     """403 unless the signed-in user holds `role` (LoginRequiredMiddleware handles anonymous)."""
 
     def decorate(view):
+        if iscoroutinefunction(view):  # an async view: the user is loaded without blocking
+
+            @wraps(view)
+            async def async_wrapper(request, *args, **kwargs):
+                user = await request.auser()
+                if not await sync_to_async(has_role)(user, role):
+                    raise PermissionDenied(f"this needs the {role} role")
+                return await view(request, *args, **kwargs)
+
+            async_wrapper.required_role = role
+            return async_wrapper
+
         @wraps(view)
         def wrapper(request, *args, **kwargs):
             if not has_role(request.user, role):

@@ -360,7 +360,7 @@ def _from_code(entry, hit: _Hits) -> Diagnosis:
             f"table: {entry.source_title}."
         ),
         links=({"title": entry.source_title, "url": entry.source_url},),
-        priority=50 if entry.exact and not entry.inner else (30 if entry.exact else 20),
+        priority=(20 if entry.inner else 50) if entry.exact else 30,
         confidence="medium" if entry.exact and not entry.inner else "low",
         symptom=entry.category == SYMPTOM_CATEGORY,
     )
@@ -399,8 +399,8 @@ def _from_reading(reading: recognisers.Recognised, hit: _Hits, key: str) -> Diag
             f"), not by a rule written for this failure: {entry.title.lower()}."
         ),
         links=(),
-        # an exception's own words name what was being done: above a code's table meaning
-        priority=55 if reading.exception else 25,
+        # below a code's table meaning (specific), above a code known only by its class
+        priority=45 if reading.exception else 25,
         confidence="medium" if reading.exception else "low",
         symptom=entry.category == SYMPTOM_CATEGORY,
     )

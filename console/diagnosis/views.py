@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
 from django.shortcuts import render
 
@@ -30,21 +33,23 @@ def _form_input(request) -> dict:
 
 
 @role_required("viewer")
-def diagnose_page(request):
+async def diagnose_page(request):
     """GET: the form. POST: run the matcher and show the result (the `result` partial for
-    htmx). Stores nothing."""
+    htmx). Stores nothing. Async: the matcher runs in a thread of its own, within
+    services.TIME_LIMIT_S, never in the one thread all synchronous views share."""
     context = {"health_values": HEALTH_VALUES, "submitted": request.method == "POST"}
     if request.method == "POST":
         try:
-            values = _form_input(request)
+            values = await sync_to_async(_form_input)(request)
             context.update(values)
-            context["diagnoses"] = [d.as_dict() for d in services.diagnose_text(**values)]
+            found = await asyncio.to_thread(services.diagnose_text, **values)
+            context["diagnoses"] = [d.as_dict() for d in found]
         except RequestDataTooBig:
             context["error"] = "The log is larger than the server accepts; upload it as a file."
         except Invalid as exc:
             context["error"], context["error_field"] = exc.message, exc.field
     template = "diagnosis/diagnose.html#result" if request.htmx else "diagnosis/diagnose.html"
-    return render(request, template, context)
+    return await sync_to_async(render)(request, template, context)
 
 
 @role_required("viewer")

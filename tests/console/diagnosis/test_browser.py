@@ -40,3 +40,34 @@ def test_paste_a_log_and_filter_the_rules(page, live_server, tmp_path):
     if os.environ.get("NPC_KEEP_SCREENSHOTS"):
         page.screenshot(path=os.environ["NPC_KEEP_SCREENSHOTS"] + "/rules.png", full_page=True)
         page.goto(f"{live_server.url}/diagnose/")
+
+
+def test_look_up_a_code_on_the_rules_page_and_see_a_symptom_only_answer(
+    page, live_server, tmp_path
+):
+    make_user("vera", "viewer")
+    page.goto(f"{live_server.url}/diagnose/rules/")
+    page.fill("#id_username", "vera")
+    page.fill("#id_password", "pw-vera-123")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/diagnose/rules/")
+    page.fill("#code-lookup input[name=code]", "507035")
+    page.click("#code-lookup button[type=submit]")
+    result = page.locator("[data-code-result]")
+    result.wait_for()
+    assert "ACL_ERROR_RT_VECTOR_CORE_EXCEPTION" in result.inner_text()
+    assert "op-exception" in result.inner_text()
+    shots = os.environ.get("NPC_KEEP_SCREENSHOTS") or str(tmp_path)
+    page.screenshot(path=shots + "/rules-code-lookup.png", full_page=False)
+
+    page.goto(f"{live_server.url}/diagnose/")
+    page.fill(
+        "#log-text",
+        "ERROR EngineCore failed to start.\nvllm.v1.engine.exceptions.EngineDeadError: gone",
+    )
+    page.click("button:has-text('Diagnose')")
+    first = page.locator("#finding-1")
+    first.wait_for()
+    assert "Only a symptom" in first.locator("h2").inner_text()
+    assert first.locator("[data-collect-next] li").count() >= 3
+    page.screenshot(path=shots + "/diagnose-symptom-only.png", full_page=True)
