@@ -11,7 +11,7 @@ from tests.console.diagnosis.samples import ASCEND
 
 # Floors pinned at what the rules reach (docs/diagnosis.md has the figures); the goal is 90 %.
 FIXTURES_FLOOR = 0.9
-DEV_FLOOR = 0.87
+DEV_FLOOR = 0.88
 TEST_FLOOR = 0.82
 
 
