@@ -7,6 +7,7 @@ write-scoped one. Routes that need more (admin) check it in their service.
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from django.conf import settings
@@ -28,6 +29,7 @@ from console.accounts.services import (
     check_write,
 )
 from console.errors import DomainError, Invalid
+from console.schemas import StrictIn
 
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 
@@ -113,10 +115,30 @@ def _field(loc) -> str:
     return ".".join(parts) or "body"
 
 
+def _message(error: dict, known: list[str]) -> str:
+    if error.get("type") != "extra_forbidden":
+        return error.get("msg", "invalid")
+    name = str((error.get("loc") or ("",))[-1])
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown field{hint}: nothing was changed"
+
+
+def _input_fields() -> list[str]:
+    """Every field of every API input shape: the vocabulary of a did-you-mean."""
+    names, todo = set(), [StrictIn]
+    while todo:
+        cls = todo.pop()
+        names.update(cls.model_fields)
+        todo.extend(cls.__subclasses__())
+    return sorted(names)
+
+
 @api.exception_handler(ValidationError)
 def on_validation(request, exc: ValidationError):
+    known = _input_fields()
     errors = [
-        {"field": _field(e.get("loc", ())), "message": e.get("msg", "invalid")} for e in exc.errors
+        {"field": _field(e.get("loc", ())), "message": _message(e, known)} for e in exc.errors
     ]
     first = errors[0] if errors else {"field": "body", "message": "invalid input"}
     return _error(request, 422, f"{first['field']}: {first['message']}", first["field"], errors)

@@ -7,8 +7,10 @@ from typing import Literal
 
 from ninja import Field, Schema
 
+from console.schemas import StrictIn
 
-class TokenIn(Schema):
+
+class TokenIn(StrictIn):
     name: str = Field(..., min_length=1, max_length=100)
     scope: Literal["read", "write"] = "read"
     expires_at: datetime | None = None

@@ -4,8 +4,10 @@ from datetime import datetime
 
 from ninja import Field, Schema
 
+from console.schemas import StrictIn
 
-class BenchmarkIn(Schema):
+
+class BenchmarkIn(StrictIn):
     prompt_tokens: int = Field(256, ge=1, le=131_072, description="about this many tokens")
     output_tokens: int = Field(128, ge=1, le=32_768, description="exactly (ignore_eos)")
     concurrency: int | None = Field(None, ge=1, le=1024, description="closed loop: users")

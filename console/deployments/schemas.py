@@ -5,10 +5,12 @@ from typing import Literal
 
 from ninja import Field, Schema
 
+from console.schemas import StrictIn
+
 Slug = Field(..., min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
-class DeploymentIn(Schema):
+class DeploymentIn(StrictIn):
     name: str = Slug
     model_path: str = Field(
         ..., min_length=1, max_length=500, description="absolute directory on the hosts"
@@ -43,7 +45,7 @@ class DeploymentIn(Schema):
     desired_state: Literal["running", "stopped"] = "stopped"
 
 
-class ScaleIn(Schema):
+class ScaleIn(StrictIn):
     replicas: int = Field(..., ge=0, le=64)
 
 

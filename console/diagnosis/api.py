@@ -24,6 +24,7 @@ from console.diagnosis.models import IncidentStatus
 from console.diagnosis.schemas import DiagnoseIn, DiagnosisOut, FaultLevelOut
 from console.errors import Invalid
 from console.pagination import LimitOffsetPagination
+from console.schemas import StrictIn
 
 router = Router(tags=["diagnosis"])
 
@@ -190,7 +191,7 @@ class IncidentDetailOut(IncidentOut):
     notes: list[IncidentNoteOut]
 
 
-class IncidentNoteIn(Schema):
+class IncidentNoteIn(StrictIn):
     text: str = Field(min_length=1, max_length=incidents.MAX_NOTE_CHARS)
 
 

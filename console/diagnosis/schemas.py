@@ -2,8 +2,10 @@
 
 from ninja import Schema
 
+from console.schemas import StrictIn
 
-class DiagnoseIn(Schema):
+
+class DiagnoseIn(StrictIn):
     text: str
     exit_code: int | None = None
     signal: int | None = None

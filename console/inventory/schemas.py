@@ -7,6 +7,8 @@ from typing import Literal
 
 from ninja import Field, Schema
 
+from console.schemas import StrictIn
+
 
 class AcceleratorOut(Schema):
     id: int
@@ -72,24 +74,24 @@ class NodeDetailOut(NodeOut):
         return list(obj.accelerators.select_related("node"))
 
 
-class LabelsIn(Schema):
+class LabelsIn(StrictIn):
     labels: dict[str, str] = Field(..., description="replaces all labels; {} clears them")
 
 
-class NodeStateIn(Schema):
+class NodeStateIn(StrictIn):
     action: Literal["drain", "maintenance", "activate"]
     reason: str = Field("", max_length=300)
 
 
-class IsolationIn(Schema):
+class IsolationIn(StrictIn):
     reason: str = Field(..., min_length=1, max_length=300)
 
 
-class ReleaseIn(Schema):
+class ReleaseIn(StrictIn):
     reason: str = Field(..., min_length=1, max_length=300, description="why it is safe again")
 
 
-class EnrollmentIn(Schema):
+class EnrollmentIn(StrictIn):
     name: str = Field(..., min_length=1, max_length=100)
     expires_at: datetime | None = None
     max_uses: int | None = Field(None, description="enrollments allowed; 1 = single use")
@@ -145,7 +147,7 @@ class CredentialsRevokedOut(NodeIdentityOut):
     revoked: int = Field(..., description="how many active credentials were revoked")
 
 
-class CredentialRevokeIn(Schema):
+class CredentialRevokeIn(StrictIn):
     reason: str = Field(..., min_length=1, max_length=300, description="why; kept in the audit log")
 
 
