@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import secrets
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -109,3 +110,18 @@ def secret_key(var_dir: Path) -> str:
     with os.fdopen(fd, "w") as fh:
         fh.write(key)
     return key
+
+
+def get_port_range(name: str, default: tuple[int, int]) -> range:
+    """`LOW-HIGH` (inclusive, 1024-65535, at least 10 ports) as a range; EnvError names the
+    variable when it is malformed."""
+    raw = get_str(name)
+    if not raw:
+        return range(default[0], default[1] + 1)
+    m = re.fullmatch(r"\s*(\d{4,5})\s*-\s*(\d{4,5})\s*", raw)
+    low, high = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    if not m or not 1024 <= low or high > 65535 or high - low < 9:
+        raise EnvError(
+            f"{name}: expected LOW-HIGH within 1024-65535, 10 ports at least, got {raw!r}"
+        )
+    return range(low, high + 1)

@@ -77,6 +77,9 @@ CELERY_ACCEPT_CONTENT = ["json"]
 NODE_KEY_SECRET = env.get_str("NODE_KEY_SECRET") or ""
 # Per-node Redis ACL users for the host agents (console/inventory/redis_acl.py; Redis >= 7).
 REDIS_MANAGE_ACL = env.get_bool("REDIS_MANAGE_ACL", False)
+# The ports engines are given on each host (docs/operations.md); a port something else listens
+# on (the agent reports them) or that refused a bind is skipped.
+ENGINE_PORT_RANGE = env.get_port_range("NPU_ENGINE_PORTS", (8100, 8999))
 # The password of the `npc-bootstrap` user, which agents use before they are enrolled.
 NPU_BOOTSTRAP_REDIS_PASSWORD = env.get_str("NPU_BOOTSTRAP_REDIS_PASSWORD") or ""
 if REDIS_MANAGE_ACL and not NPU_BOOTSTRAP_REDIS_PASSWORD:

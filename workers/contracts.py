@@ -78,6 +78,7 @@ CHECK_TEXT_MAX_CHARS = 4000  # evidence, fix
 MAX_DISKS = 64
 PATH_MAX_CHARS = 1024
 MAX_NUMA_NODES = 64  # a 4-socket Kunpeng 920 has 8
+MAX_LISTENING_PORTS = 4096  # TCP ports listening on the host, reported so engines avoid them
 NAME_MAX_CHARS = 256  # chip and process names, health words, vendors: short in practice
 MAX_ID = 2**31 - 1  # ids, counts and megabytes stored in (positive) integer columns
 NODE_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
@@ -218,6 +219,10 @@ class HostInfo(BaseModel):
     ] = Field(default_factory=dict, max_length=MAX_NUMA_NODES)
     os: str | None = Field(None, max_length=200)  # = Node.os
     kernel: str | None = Field(None, max_length=100)  # = Node.kernel
+    # TCP ports something listens on (1024-65535): the scheduler never gives an engine one
+    listening_ports: list[Annotated[int, Field(ge=1024, le=65535)]] = Field(
+        default_factory=list, max_length=MAX_LISTENING_PORTS
+    )
 
     @field_validator("address")
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import UTC, datetime
 
 from django.db import transaction
@@ -14,6 +15,7 @@ from console.deployments.models import Replica, ReplicaState, engine_api_key
 from console.deployments.services import transition_replica
 from console.diagnosis.incidents import open_incident_for_replica
 from console.hot import get_redis
+from console.inventory import ports
 from console.inventory.commands import send_on_commit
 from workers.contracts import (
     MAX_ENGINES,
@@ -242,10 +244,36 @@ def _apply(replica: Replica, report: EngineReport) -> bool:
     if to == replica.state:
         Replica.objects.filter(pk=replica.pk).update(**fields)
         return False
+    if to == ReplicaState.FAILED and _replace_busy_port(replica, report, reason, fields):
+        return False
     if transition_replica(replica, to, reason, **fields) and to == ReplicaState.STOPPED:
         scheduler.release(replica)
         Replica.objects.filter(pk=replica.pk).update(pid=None)
     return to in (ReplicaState.FAILED, ReplicaState.CRASH_LOOP, ReplicaState.UNHEALTHY)
+
+
+_BUSY_PORT = re.compile(r"port (\d+) is already in use on this host")
+
+
+def _replace_busy_port(replica: Replica, report: EngineReport, reason: str, fields: dict) -> bool:
+    """The agent refused the start because something else listens on the replica's port:
+    remember the port as taken on that node and send the replica back to be placed again (on
+    another port), with both steps on its journal. True when that was done."""
+    m = _BUSY_PORT.search(reason)
+    if m is None or replica.node is None or int(m.group(1)) != replica.port:
+        return False
+    ports.mark_busy(replica.node.name, replica.port)
+    if not transition_replica(replica, ReplicaState.FAILED, reason, **fields):
+        return False
+    moved = transition_replica(
+        replica,
+        ReplicaState.PENDING,
+        f"port {replica.port} is taken on {replica.node.name} by another program: "
+        "placing the replica again on a free port",
+    )
+    if moved:
+        scheduler.release(replica)
+    return moved
 
 
 def on_failure(replica: Replica, report: EngineReport) -> None:

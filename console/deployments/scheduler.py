@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 
 from console.deployments.models import HOLDS_NPUS, Deployment, NpuAllocation, Replica
+from console.inventory import ports
 from console.inventory.models import Accelerator, Health, Node, NodeStatus
-
-PORT_RANGE = range(8100, 9000)
 
 
 @dataclass
@@ -64,13 +64,21 @@ def _load(latest: dict | None, chip: Accelerator) -> tuple[float, float]:
     return 0.0, 0.0
 
 
+def port_range() -> range:
+    return settings.ENGINE_PORT_RANGE
+
+
 def free_port(node: Node) -> int:
+    """The lowest port of the range that no replica holds on `node` and nothing else listens
+    on there (the agent's report, or a start refused on it: console/inventory/ports.py)."""
     used = set(Replica.objects.filter(node=node, port__isnull=False).values_list("port", flat=True))
-    for port in PORT_RANGE:
+    used |= ports.taken(node.name)
+    candidates = port_range()
+    for port in candidates:
         if port not in used:
             return port
     raise NoCapacity(
-        f"no free engine port on {node.name} in {PORT_RANGE.start}-{PORT_RANGE.stop - 1}"
+        f"no free engine port on {node.name} in {candidates.start}-{candidates.stop - 1}"
     )
 
 

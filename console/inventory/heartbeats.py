@@ -25,6 +25,7 @@ from console.diagnosis.incidents import chips_reported
 from console.hot import get_redis
 from console.inventory.live import HOT_C
 from console.inventory.models import Accelerator, Health, Node, NodeStatus
+from console.inventory.ports import record_listening
 from console.inventory.services import (
     address_allowed,
     report_node_address,
@@ -36,7 +37,7 @@ from workers.contracts import EngineReport, Heartbeat, describe
 
 log = logging.getLogger(__name__)
 SEEN_KEY = "npc:seen"
-STATE_FIELDS = ("id", "status", "static", "chips", "db_at", "hot")
+STATE_FIELDS = ("id", "status", "static", "chips", "db_at", "hot", "ports")
 _node_ids: dict[str, int] = {}  # node name -> id, per process (ids never change)
 DB_BEAT_EVERY_S = 60.0
 STATE_TTL_S = 3600  # a node's cached state outlives a silence of an hour
@@ -302,6 +303,11 @@ def _apply_changes(
             beat_due.append(node_id)
     if node_fields:
         Node.objects.filter(pk=node_id).update(**node_fields)
+    ports = hb.host.listening_ports
+    ports_digest = _digest(ports) if ports else ""
+    if cached.get("ports", "") != ports_digest:  # the host's listening ports changed
+        record_listening(hb.node, ports)
+        updates["ports"] = ports_digest
     hot = sorted(f"{c.npu_id}.{c.chip_id}" for c in hb.chips if (c.temperature_c or 0) >= HOT_C)
     if cached.get("hot", "") != ",".join(hot):
         _newly_hot(node_id, hb, set(hot) - set(filter(None, cached.get("hot", "").split(","))))

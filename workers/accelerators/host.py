@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from workers.contracts import STATUS_TEXT_MAX_CHARS, clip
+from workers.contracts import MAX_LISTENING_PORTS, STATUS_TEXT_MAX_CHARS, clip
 
 # (CPU implementer, CPU part) of /proc/cpuinfo on ARM -> marketing name.
 ARM_CPUS = {("0x48", "0xd01"): "Kunpeng 920 (HiSilicon TSV110)"}
@@ -114,4 +114,21 @@ def host_metrics(paths: Iterable[str] = ("/",), root: str | Path = "/") -> dict[
         "numa_cpulists": numa,
         "os": clip(os_pretty, 200) if os_pretty else os_pretty,
         "kernel": clip(platform.release(), 100),
+        "listening_ports": listening_ports(),
     }
+
+
+def listening_ports() -> list[int]:
+    """TCP ports (1024-65535) something on this host listens on, sorted, at most
+    MAX_LISTENING_PORTS: the console places engines on none of them. [] when the system does
+    not let this process see them."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):
+        return []
+    ports = {
+        c.laddr.port
+        for c in conns
+        if c.status == psutil.CONN_LISTEN and c.laddr and 1024 <= c.laddr.port <= 65535
+    }
+    return sorted(ports)[:MAX_LISTENING_PORTS]

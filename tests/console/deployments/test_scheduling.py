@@ -284,3 +284,51 @@ def test_the_engine_spec_carries_the_placed_npus_in_order(actor, fake_inspect):
     )
     assert spec.api_key == engine_api_key(replica.pk)  # the engine's key, by env on the host
     assert spec.api_key not in repr(spec)
+
+
+def test_a_port_the_host_reports_listening_is_never_given_to_an_engine(
+    actor, fake_inspect, settings
+):
+    from console.inventory import ports
+
+    settings.ENGINE_PORT_RANGE = range(8100, 8110)
+    make_node("a", npus=8)
+    ports.record_listening("a", [8100, 8101, 22])
+    deploy(actor, replicas=1)
+    services.set_desired(actor=actor, name="d1", state="running")
+    reconcile()
+    assert Replica.objects.get().port == 8102
+
+
+def test_a_start_refused_for_a_busy_port_is_placed_again_on_another_port(actor, fake_inspect):
+    make_node("a", npus=8)
+    deploy(actor, replicas=1)
+    services.set_desired(actor=actor, name="d1", state="running")
+    reconcile()
+    replica = Replica.objects.get()
+    first = replica.port
+    report(replica, "failed", reason=f"port {first} is already in use on this host (bind test)")
+    replica.refresh_from_db()
+    assert replica.state == "pending" and replica.port is None
+    reasons = list(
+        ReplicaEvent.objects.filter(replica=replica).order_by("at").values_list("reason", flat=True)
+    )
+    assert any("already in use" in r for r in reasons)
+    assert any("placing the replica again on a free port" in r for r in reasons)
+    reconcile()
+    replica.refresh_from_db()
+    assert replica.state == "scheduled" and replica.port not in (None, first)
+    # and no incident is opened for what the console repaired itself
+    from console.diagnosis.models import Incident
+
+    assert not Incident.objects.exists()
+
+
+def test_the_engine_port_range_is_a_setting(monkeypatch):
+    from console import env
+
+    monkeypatch.setenv("NPU_ENGINE_PORTS", "20000-20099")
+    assert env.get_port_range("NPU_ENGINE_PORTS", (8100, 8999)) == range(20000, 20100)
+    monkeypatch.setenv("NPU_ENGINE_PORTS", "80-90")
+    with pytest.raises(env.EnvError, match="NPU_ENGINE_PORTS"):
+        env.get_port_range("NPU_ENGINE_PORTS", (8100, 8999))

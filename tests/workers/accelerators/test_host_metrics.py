@@ -73,7 +73,7 @@ def test_host_metrics_keys_and_no_blocking(tmp_path) -> None:
     assert set(metrics) == {
         "hostname", "arch", "cpu_model", "cpu_cores", "cpu_percent", "load_avg",
         "memory_total_mb", "memory_used_mb", "disks", "numa_node_count", "numa_cpulists",
-        "os", "kernel",
+        "os", "kernel", "listening_ports",
     }  # fmt: skip
     assert metrics["arch"] == platform.machine()
     assert metrics["cpu_model"] == "Kunpeng 920 (HiSilicon TSV110)"
@@ -88,3 +88,19 @@ def test_real_host_metrics_are_filled() -> None:
     metrics = host_metrics()
     assert metrics["hostname"] and metrics["kernel"] == platform.release()
     assert metrics["disks"]["/"]["total_mb"] > 0
+
+
+def test_a_port_something_listens_on_is_reported():
+    import socket
+
+    from workers.accelerators.host import host_metrics, listening_ports
+    from workers.contracts import HostInfo
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert port in listening_ports()
+        info = HostInfo.model_validate(host_metrics())
+        assert port in info.listening_ports
+    assert port not in listening_ports()
