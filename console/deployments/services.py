@@ -15,6 +15,7 @@ from console.deployments.models import (
     REPLICA_TRANSITIONS,
     Deployment,
     DesiredState,
+    NpuAllocation,
     Replica,
     ReplicaEvent,
     ReplicaState,
@@ -94,8 +95,9 @@ def inspect_model(node: Node, path: str, timeout: float = 20.0) -> dict:
     return info
 
 
-def validate_spec(spec: dict, *, inspect=None) -> dict:
-    """Check a full spec; returns it completed with model_info and the memory estimate."""
+def validate_spec(spec: dict, *, inspect=None, deployment: str | None = None) -> dict:
+    """Check a full spec; returns it completed with model_info and the memory estimate.
+    `deployment`: the one being changed (its own NPUs are not a conflict)."""
     spec["model_path"] = v.check_model_path(spec["model_path"])
     spec["block_size"] = v.check_block_size(spec.get("block_size"), spec.get("device", "npu"))
     if spec["device"] == "npu" and spec["block_size"] is None:
@@ -103,7 +105,7 @@ def validate_spec(spec: dict, *, inspect=None) -> dict:
     v.check_extra_args(spec.get("extra_args") or [])
     v.check_extra_env(spec.get("extra_env") or {})
     v.check_parallelism(spec)
-    _check_explicit_npus(spec)
+    _check_explicit_npus(spec, deployment)
     node = inspect_node(spec)
     info = (inspect or inspect_model)(node, spec["model_path"])
     v.check_against_model(spec, info)
@@ -129,11 +131,13 @@ def validate_spec(spec: dict, *, inspect=None) -> dict:
     return spec
 
 
-def _check_explicit_npus(spec: dict) -> None:
-    """Explicit NPU ids must exist on the pinned node, be healthy, not isolated and free."""
+def _check_explicit_npus(spec: dict, deployment: str | None = None) -> None:
+    """Explicit NPU ids must exist on the pinned node, be healthy, not isolated and free.
+    An NPU another deployment holds or has pinned is a Conflict (409) naming it."""
     ids, node = spec.get("npu_ids") or [], spec.get("pinned_node")
     if not ids or node is None:
         return
+    _check_npu_holders(node, ids, deployment)
     chips = {
         a.npu_id: a
         for a in Accelerator.objects.filter(node=node, npu_id__in=ids).select_related("allocation")
@@ -216,6 +220,32 @@ def create_deployment(
     return dep
 
 
+def _check_npu_holders(node, ids: list[int], deployment: str | None) -> None:
+    held = (
+        NpuAllocation.objects.filter(
+            accelerator__node=node, accelerator__npu_id__in=ids, accelerator__chip_id=0
+        )
+        .exclude(replica__deployment__name=deployment)
+        .select_related("accelerator", "replica__deployment")
+        .order_by("accelerator__npu_id")
+        .first()
+    )
+    if held is not None:
+        raise Conflict(
+            f"NPU {held.accelerator.npu_id} on {node.name} is held by deployment "
+            f"{held.replica.deployment.name!r} (replica {held.replica.index})",
+            field="npu_ids",
+        )
+    others = Deployment.objects.filter(pinned_node=node).exclude(name=deployment)
+    for name, pinned in others.values_list("name", "npu_ids"):
+        shared = sorted(set(ids) & set(pinned or []))
+        if shared:
+            raise Conflict(
+                f"NPU {shared[0]} on {node.name} is pinned by deployment {name!r}",
+                field="npu_ids",
+            )
+
+
 def update_deployment(
     *, actor: Actor, name: str, spec: dict, pinned_node: str | None, inspect=None
 ) -> Deployment:
@@ -223,7 +253,7 @@ def update_deployment(
     check_role(actor, Role.OPERATOR)
     dep = get_deployment(name)
     spec["pinned_node"] = _node_or_none(pinned_node)
-    spec = validate_spec(spec, inspect=inspect)
+    spec = validate_spec(spec, inspect=inspect, deployment=name)
     with transaction.atomic():
         for key in (*SPEC_FIELDS, "pinned_node", "model_info", "estimate"):
             if key in spec:
@@ -265,6 +295,8 @@ def set_desired(
         if replicas is not None:
             if not 0 <= replicas <= 64:
                 raise Invalid("replicas must be 0..64", field="replicas")
+            if replicas < dep.replicas:
+                _order_for_scale_down(dep)
             dep.replicas = replicas
         dep.save(update_fields=["desired_state", "replicas"])
         record(
@@ -276,6 +308,39 @@ def set_desired(
         )
     _kick_reconcile()
     return dep
+
+
+# Which replicas a scale-down keeps: the reconcile loop stops those whose index is at or past
+# the new count, so the best are renumbered first — ready, then starting, then not running,
+# then unknown, unhealthy and failed last (those go first).
+_KEEP_ORDER = {
+    ReplicaState.READY: 0,
+    ReplicaState.LOADING: 1,
+    ReplicaState.STARTING: 1,
+    ReplicaState.SCHEDULED: 1,
+    ReplicaState.PENDING: 2,
+    ReplicaState.STOPPED: 2,
+    ReplicaState.STOPPING: 2,
+    ReplicaState.UNKNOWN: 3,
+    ReplicaState.UNHEALTHY: 4,
+    ReplicaState.FAILED: 5,
+    ReplicaState.CRASH_LOOP: 5,
+}
+
+
+def _order_for_scale_down(dep: Deployment) -> None:
+    """Renumber the deployment's replicas best first (in the caller's transaction, under the
+    deployment's row lock): a scale-down then removes failed, unhealthy and not-ready replicas
+    before a ready one."""
+    current = list(Replica.objects.select_for_update().filter(deployment=dep).order_by("index"))
+    wanted = sorted(current, key=lambda r: (_KEEP_ORDER.get(r.state, 2), r.index))
+    if [r.pk for r in wanted] == [r.pk for r in current]:
+        return
+    offset = max(r.index for r in current) + 1  # two steps: (deployment, index) is unique
+    for new, replica in enumerate(wanted):
+        Replica.objects.filter(pk=replica.pk).update(index=offset + new)
+    for new, replica in enumerate(wanted):
+        Replica.objects.filter(pk=replica.pk).update(index=new)
 
 
 def restart_deployment(*, actor: Actor, name: str) -> Deployment:

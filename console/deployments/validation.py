@@ -14,6 +14,9 @@ from console.errors import Invalid
 
 BLOCK_SIZES = (16, 32, 64, 128)
 ASCEND_BLOCK_SIZE = 128
+# vllm-ascend validates the block size against 32, 64, 128 (vllm_ascend/utils.py, as quoted in
+# vllm-project/vllm-ascend PR #12882, which proposes adding 16 for DeepSeek V4 only)
+NPU_BLOCK_SIZES = (32, 64, 128)
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 QUANTIZATIONS = ("", "ascend", "fp8", "gptq", "awq", "compressed-tensors")
 ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
@@ -115,6 +118,12 @@ def check_block_size(value, device: str = "npu") -> int | None:
         raise Invalid(
             f"CPU engines need a block size of {', '.join(map(str, CPU_BLOCK_SIZES))} tokens "
             "(vLLM's CPU attention works in multiples of 32)",
+            field="block_size",
+        )
+    if device == "npu" and size in BLOCK_SIZES and size not in NPU_BLOCK_SIZES:
+        raise Invalid(
+            f"NPU engines (vllm-ascend) take a block size of "
+            f"{', '.join(map(str, NPU_BLOCK_SIZES))} tokens; use {ASCEND_BLOCK_SIZE}",
             field="block_size",
         )
     if size not in BLOCK_SIZES:

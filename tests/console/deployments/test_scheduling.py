@@ -332,3 +332,21 @@ def test_the_engine_port_range_is_a_setting(monkeypatch):
     monkeypatch.setenv("NPU_ENGINE_PORTS", "80-90")
     with pytest.raises(env.EnvError, match="NPU_ENGINE_PORTS"):
         env.get_port_range("NPU_ENGINE_PORTS", (8100, 8999))
+
+
+def test_scale_down_removes_the_failed_replica_and_keeps_the_ready_one(
+    actor, fake_inspect, no_dispatch
+):
+    make_node("a", npus=8)
+    deploy(actor, replicas=2)
+    services.set_desired(actor=actor, name="d1", state="running")
+    reconcile()
+    first, second = Replica.objects.order_by("index")
+    report(first, "failed", reason="exit code 1", exit_code=1)
+    report(second, "ready")
+    services.set_desired(actor=actor, name="d1", state=None, replicas=1)
+    reconcile()
+    second.refresh_from_db()
+    first.refresh_from_db()
+    assert second.index == 0 and second.state == "ready"  # kept, renumbered first
+    assert first.index == 1 and first.state in {"stopping", "stopped"}

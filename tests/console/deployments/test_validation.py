@@ -116,3 +116,21 @@ def test_explicit_npus_must_exist_be_healthy_and_free(operator_client, node, fak
             words in resp.json()["message"] and "free healthy NPUs: [0, 2" in resp.json()["message"]
         )
     assert post(operator_client, pinned_node="kp-01", npu_ids=[3]).status_code == 201
+
+
+def test_an_npu_another_deployment_pinned_is_a_conflict_naming_it(
+    operator_client, node, fake_inspect
+):
+    assert post(operator_client, pinned_node="kp-01", npu_ids=[3]).status_code == 201
+    resp = post(operator_client, name="other", pinned_node="kp-01", npu_ids=[3])
+    assert resp.status_code == 409 and resp.json()["field"] == "npu_ids"
+    assert "pinned by deployment" in resp.json()["message"]
+
+
+def test_npu_deployments_take_only_the_block_sizes_vllm_ascend_accepts(
+    operator_client, node, fake_inspect
+):
+    resp = post(operator_client, block_size=16)
+    assert resp.status_code == 422 and resp.json()["field"] == "block_size"
+    assert "32, 64, 128" in resp.json()["message"]
+    assert post(operator_client, block_size=64).status_code == 201
