@@ -344,17 +344,27 @@ def _from_rule(compiled: CompiledRule, hit: _Hits, demoted: bool) -> Diagnosis:
     )
 
 
+def _answer(hit: _Hits, *, remedy: str, links: tuple = (), **fields) -> Diagnosis:
+    """A diagnosis from the tables or the vocabulary (not a rule): critical, one remedy."""
+    return Diagnosis(
+        severity="critical",
+        evidence=tuple(hit.evidence),
+        remediation=(remedy,),
+        links=links,
+        **fields,
+    )
+
+
 def _from_code(entry, hit: _Hits) -> Diagnosis:
     kind = codebook_mod.KIND_TITLES[entry.kind]
     name = f" ({entry.name})" if entry.name else ""
     known = "" if entry.exact else " — this exact code is not in the table; its class says:"
-    return Diagnosis(
+    return _answer(
+        hit,
         rule=f"code:{entry.code}",
         category=entry.category,
-        severity="critical",
         title=f"{kind} {entry.code}{name}{known} {entry.meaning}",
-        evidence=tuple(hit.evidence),
-        remediation=(entry.remedy,),
+        remedy=entry.remedy,
         explanation=(
             f"{entry.code} is a {kind.lower()}{name}. {entry.meaning} Read from the published "
             f"table: {entry.source_title}."
@@ -371,34 +381,31 @@ def _from_reading(reading: recognisers.Recognised, hit: _Hits, key: str) -> Diag
     said = f"{reading.exception}: {reading.message}" if reading.exception else reading.message
     said = said if len(said) <= 160 else said[:159] + "…"
     if entry is None:  # an exception with no known words: what the engine died of, a symptom
-        return Diagnosis(
+        return _answer(
+            hit,
             rule="exception",
             category=SYMPTOM_CATEGORY,
-            severity="critical",
             title=f"The engine stopped on {said}",
-            evidence=tuple(hit.evidence),
-            remediation=("Read the lines above the exception for its cause.",),
+            remedy="Read the lines above the exception for its cause.",
             explanation=(
                 "The log ends a Python traceback with this exception; no rule and no known "
                 "wording says what caused it."
             ),
-            links=(),
             priority=20,
             confidence="low",
             symptom=True,
         )
-    return Diagnosis(
+    where = "the exception a traceback ends with" if reading.exception else "an error line"
+    return _answer(
+        hit,
         rule=f"words:{key}",
         category=entry.category,
-        severity="critical",
         title=f"{entry.title}: {said}",
-        evidence=tuple(hit.evidence),
-        remediation=(entry.remedy,),
+        remedy=entry.remedy,
         explanation=(
-            f"Recognised by its wording ({'the exception a traceback ends with' if reading.exception else 'an error line'}"
-            f"), not by a rule written for this failure: {entry.title.lower()}."
+            f"Recognised by its wording ({where}), not by a rule written for this failure: "
+            f"{entry.title.lower()}."
         ),
-        links=(),
         # below a code's table meaning (specific), above a code known only by its class
         priority=45 if reading.exception else 25,
         confidence="medium" if reading.exception else "low",

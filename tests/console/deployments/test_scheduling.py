@@ -67,6 +67,15 @@ def deploy(actor, name="d1", **spec):
     )
 
 
+def running(actor, replicas=1, npus=8, **spec):
+    """One node `a`, deployment d1 started and reconciled once: its replicas, by index."""
+    make_node("a", npus=npus)
+    deploy(actor, replicas=replicas, **spec)
+    services.set_desired(actor=actor, name="d1", state="running")
+    reconcile()
+    return list(Replica.objects.order_by("index"))
+
+
 def report(replica, phase, **extra):
     return apply_report(
         {
@@ -292,20 +301,13 @@ def test_a_port_the_host_reports_listening_is_never_given_to_an_engine(
     from console.inventory import ports
 
     settings.ENGINE_PORT_RANGE = range(8100, 8110)
-    make_node("a", npus=8)
     ports.record_listening("a", [8100, 8101, 22])
-    deploy(actor, replicas=1)
-    services.set_desired(actor=actor, name="d1", state="running")
-    reconcile()
-    assert Replica.objects.get().port == 8102
+    (replica,) = running(actor)
+    assert replica.port == 8102
 
 
 def test_a_start_refused_for_a_busy_port_is_placed_again_on_another_port(actor, fake_inspect):
-    make_node("a", npus=8)
-    deploy(actor, replicas=1)
-    services.set_desired(actor=actor, name="d1", state="running")
-    reconcile()
-    replica = Replica.objects.get()
+    (replica,) = running(actor)
     first = replica.port
     report(replica, "failed", reason=f"port {first} is already in use on this host (bind test)")
     replica.refresh_from_db()
@@ -337,11 +339,7 @@ def test_the_engine_port_range_is_a_setting(monkeypatch):
 def test_scale_down_removes_the_failed_replica_and_keeps_the_ready_one(
     actor, fake_inspect, no_dispatch
 ):
-    make_node("a", npus=8)
-    deploy(actor, replicas=2)
-    services.set_desired(actor=actor, name="d1", state="running")
-    reconcile()
-    first, second = Replica.objects.order_by("index")
+    first, second = running(actor, replicas=2)
     report(first, "failed", reason="exit code 1", exit_code=1)
     report(second, "ready")
     services.set_desired(actor=actor, name="d1", state=None, replicas=1)
