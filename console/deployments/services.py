@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from console.accounts.models import Role
@@ -249,18 +250,26 @@ def _check_npu_holders(node, ids: list[int], deployment: str | None) -> None:
 def update_deployment(
     *, actor: Actor, name: str, spec: dict, pinned_node: str | None, inspect=None
 ) -> Deployment:
-    """Replace the spec; running replicas restart with a new generation on the next reconcile."""
+    """Replace the spec; running replicas restart with a new generation on the next reconcile.
+
+    Validation (which may ask the agent) runs before the row lock; then the deployment is
+    re-read under the lock and only the spec fields are written, with `spec_version` bumped by
+    the database (F()): a start, stop, scale or restart committed meanwhile is kept."""
     check_role(actor, Role.OPERATOR)
-    dep = get_deployment(name)
+    get_deployment(name)  # 404 before any work
     spec["pinned_node"] = _node_or_none(pinned_node)
     spec = validate_spec(spec, inspect=inspect, deployment=name)
+    fields = [k for k in (*SPEC_FIELDS, "pinned_node", "model_info", "estimate") if k in spec]
     with transaction.atomic():
-        for key in (*SPEC_FIELDS, "pinned_node", "model_info", "estimate"):
-            if key in spec:
-                setattr(dep, key, spec[key])
-        dep.spec_version += 1
+        dep = Deployment.objects.select_for_update().filter(name=name).first()
+        if dep is None:
+            raise NotFound(f"no deployment named {name!r}", field="name")
+        for key in fields:
+            setattr(dep, key, spec[key])
+        dep.spec_version = F("spec_version") + 1
         dep.updated_at = timezone.now()
-        dep.save()
+        dep.save(update_fields=[*fields, "spec_version", "updated_at"])
+        dep.refresh_from_db(fields=["spec_version"])
         record(
             actor=actor,
             action="deployment.update",
@@ -348,7 +357,7 @@ def restart_deployment(*, actor: Actor, name: str) -> Deployment:
     check_role(actor, Role.OPERATOR)
     with transaction.atomic():
         dep = get_deployment(name)
-        Deployment.objects.filter(pk=dep.pk).update(spec_version=dep.spec_version + 1)
+        Deployment.objects.filter(pk=dep.pk).update(spec_version=F("spec_version") + 1)
         record(actor=actor, action="deployment.restart", obj=dep)
     _kick_reconcile()
     return get_deployment(name)

@@ -348,3 +348,26 @@ def test_scale_down_removes_the_failed_replica_and_keeps_the_ready_one(
     first.refresh_from_db()
     assert second.index == 0 and second.state == "ready"  # kept, renumbered first
     assert first.index == 1 and first.state in {"stopping", "stopped"}
+
+
+def test_an_update_keeps_a_stop_committed_while_it_was_validating(actor, fake_inspect):
+    running(actor)
+    before = services.get_deployment("d1").spec_version
+
+    def slow_inspect(node, path, timeout=20.0):
+        # someone stops the deployment while the agent is asked about the model
+        services.set_desired(actor=actor, name="d1", state="stopped")
+        services.restart_deployment(actor=actor, name="d1")
+        return dict(fake_inspect, path=path)
+
+    dep = services.update_deployment(
+        actor=actor,
+        name="d1",
+        spec={**SPEC, "replicas": 1, "max_model_len": 2048},
+        pinned_node=None,
+        inspect=slow_inspect,
+    )
+    dep.refresh_from_db()
+    assert dep.desired_state == "stopped"  # the stop is not undone
+    assert dep.max_model_len == 2048
+    assert dep.spec_version == before + 2  # the restart's bump and the update's, both kept
