@@ -91,7 +91,8 @@ def _config_fields(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def safetensors_params(path: Path) -> int:
-    """Parameters in one .safetensors file, from its header. Raises ValueError if corrupt."""
+    """Parameters in one .safetensors file, from its header. Raises ValueError if corrupt or
+    shorter than its header says (a copy cut short)."""
     with open(path, "rb") as fh:
         head = fh.read(8)
         if len(head) != 8:
@@ -103,11 +104,50 @@ def safetensors_params(path: Path) -> int:
     if len(raw) != length:
         raise ValueError("incomplete metadata (header cut short)")
     header = json.loads(raw)
-    total = 0
+    total, end = 0, 0
     for name, tensor in header.items():
         if name != "__metadata__":
             total += math.prod(int(n) for n in tensor["shape"])
+            end = max(end, int(tensor["data_offsets"][1]))
+    size, expected = path.stat().st_size, 8 + length + end
+    if size < expected:
+        raise ValueError(f"cut short: {size} of {expected} bytes")
     return total
+
+
+def _missing_from_index(directory: Path) -> list[str]:
+    """Weight files an index (model.safetensors.index.json, pytorch_model.bin.index.json)
+    lists that are not in the directory."""
+    missing: set[str] = set()
+    for index in sorted(directory.glob("*.index.json")):
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        for name in set(weight_map.values()) if isinstance(weight_map, dict) else ():
+            if isinstance(name, str) and not (directory / name).is_file():
+                missing.add(name)
+    return sorted(missing)
+
+
+def _incomplete(directory: Path, weights: dict[str, Any], warnings: list[str]) -> str | None:
+    """Why the weights cannot be served as they are (none, listed but missing, a shard cut
+    short), or None. A half-copied model is refused here, naming what is missing."""
+    if not weights["weight_files"]:
+        return (
+            f"model path {directory} has config.json but no weight files (*.safetensors or "
+            "*.bin): is the copy finished?"
+        )
+    missing = _missing_from_index(directory)
+    if missing:
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
+        return f"model path {directory} is incomplete: its index lists missing files: {shown}"
+    broken = [w for w in warnings if "cut short" in w or "incomplete metadata" in w]
+    if broken:
+        return f"model path {directory} has weight files cut short: {'; '.join(broken[:3])}"
+    return None
 
 
 def _weights(directory: Path) -> dict[str, Any]:
@@ -153,8 +193,9 @@ def inspect_model(path: str) -> dict[str, Any]:
     fields = _config_fields(loaded["config"])
     weights = _weights(directory)
     count, source, warnings = _param_count(directory, weights, fields["torch_dtype"])
-    if not weights["weight_files"]:
-        warnings.append("no *.safetensors or *.bin weight files")
+    problem = _incomplete(directory, weights, warnings)
+    if problem is not None:
+        return _error(problem)
     has_tokenizer = any(
         (directory / n).is_file() for n in ("tokenizer.json", "tokenizer.model", "vocab.json")
     )

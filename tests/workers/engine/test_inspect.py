@@ -73,11 +73,36 @@ def test_defaults_kv_heads_and_notes_quantization(tmp_path):
     assert found["param_count"] == 500 and found["param_count_source"] == "file sizes / 2 bytes"
 
 
-def test_corrupt_safetensors_falls_back_to_sizes_with_a_warning(model):
+def test_a_shard_with_its_header_cut_short_is_refused_by_name(model):
     (model / "model-00002-of-00002.safetensors").write_bytes(struct.pack("<Q", 500) + b"{")
     found = inspect_model(str(model))
-    assert found["ok"] and found["param_count_source"] == "file sizes / 2 bytes"
-    assert "incomplete metadata" in found["warnings"][0]
+    assert found["ok"] is False and found["field"] == "model_path"
+    assert "model-00002-of-00002.safetensors" in found["error"] and "cut short" in found["error"]
+
+
+def test_a_shard_shorter_than_its_header_says_is_refused(model):
+    shard = model / "model-00001-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-100])  # the copy stopped 100 bytes early
+    found = inspect_model(str(model))
+    assert found["ok"] is False and "model-00001-of-00002.safetensors" in found["error"]
+
+
+def test_files_the_index_lists_must_exist(model):
+    weight_map = {
+        "embed": "model-00001-of-00003.safetensors",
+        "a": "model-00002-of-00003.safetensors",
+        "b": "model-00003-of-00003.safetensors",
+    }
+    (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    found = inspect_model(str(model))
+    assert found["ok"] is False
+    assert "model-00001-of-00003.safetensors" in found["error"] and "missing" in found["error"]
+
+
+def test_config_without_weights_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    found = inspect_model(str(tmp_path))
+    assert found["ok"] is False and "no weight files" in found["error"]
 
 
 @pytest.mark.parametrize(
