@@ -33,7 +33,8 @@ EXCEPTION = (
 # An error line that is not a traceback's end: a log level or a failure word.
 ERROR_LINE = (
     r"(?:\bERROR\b|\[ERROR\]|\bFATAL\b|\bCRITICAL\b|\bE\d{4} |\b[EW][0-9A-Z]\d{4}[:\[]|"
-    r"(?i:\bfailed\b|\bfailure\b|\berror:|\bexception\b|errorstr|does not match|mismatch))"
+    r"(?i:\bfailed\b|\bfailure\b|\berror:|\berror code\b|\bexception\b|errorstr|"
+    r"does not match|mismatch))"
 )
 
 

@@ -13,6 +13,7 @@ import urllib.request
 
 import psutil
 import pytest
+from django.conf import settings
 
 from console.accounts.services import Actor
 from console.deployments.engines import engine_metrics
@@ -235,18 +236,22 @@ def test_deploy_serve_crash_restart_readopt_and_stop(
                 p.kill()
 
 
-def test_port_already_taken_fails_the_replica_with_the_reason(
+def test_a_port_another_program_holds_is_never_given_to_the_engine(
     console_worker, redis_url, admin_user, tmp_path, engine_python, tiny_model
 ):
+    """Something else listens on the first port of the range (or it was taken already: either
+    way it is taken): the agent reports it, the scheduler skips it — or, if the start raced
+    the report, the refused start is placed again — and the replica gets ready elsewhere."""
     _, token = create_enrollment_token(actor=Actor(user=admin_user, name="ada"), name="e2e")
     agent = start_agent(redis_url, token, tmp_path, engine_python, name="cpu-port")
     blocker = socket.socket()
+    first = settings.ENGINE_PORT_RANGE.start
     try:
-        blocker.setsockopt(
-            socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
-        )  # past TIME_WAIT of earlier tests
-        blocker.bind(("127.0.0.1", 8100))  # the first port the scheduler hands out
-        blocker.listen()
+        try:
+            blocker.bind(("127.0.0.1", first))
+            blocker.listen()
+        except OSError:
+            pass  # something on this machine holds it already: the same situation
         wait_for(
             lambda: Node.objects.filter(name="cpu-port", status="online").exists(),
             60,
@@ -267,14 +272,9 @@ def test_port_already_taken_fails_the_replica_with_the_reason(
             content_type="application/json",
         )
         assert resp.status_code == 201, resp.content
-        replica = replica_in("failed", 60, "the port clash to be reported")
-        assert "8100" in replica.state_reason and "in use" in replica.state_reason
-        incident = wait_for(
-            lambda: Incident.objects.filter(replica=replica).first(), 30, message="an incident"
-        )
-        assert incident.category == "port-in-use" and "ss -ltnp" in " ".join(
-            incident.diagnoses[0]["remediation"]
-        )
+        replica = replica_in("ready", 240, "the replica to be ready on a free port")
+        assert replica.port != first
+        assert not Incident.objects.filter(replica=replica, category="port-in-use").exists()
     except AssertionError:
         print("--- console worker ---\n", console_worker.output()[-4000:])
         print("--- agent ---\n", agent.output()[-4000:])
