@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run demo test lint format install clean
+.PHONY: run demo test test-fast lint format install clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("NPU Console needs Python 3.11+") if sys.version_info < (3, 11) else None'
@@ -21,6 +21,10 @@ run: install
 ## test: the whole suite (embedded defaults unless DATABASE_URL/REDIS_URL are set)
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+## test-fast: the inner loop — everything but the browser, engine, worker and fault tests
+test-fast: install
+	$(PY) -m pytest -m "not browser and not engine and not worker and not faults" $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .
