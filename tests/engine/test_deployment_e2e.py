@@ -245,13 +245,17 @@ def test_a_port_another_program_holds_is_never_given_to_the_engine(
     _, token = create_enrollment_token(actor=Actor(user=admin_user, name="ada"), name="e2e")
     agent = start_agent(redis_url, token, tmp_path, engine_python, name="cpu-port")
     blocker = socket.socket()
+    # SO_REUSEADDR as vLLM binds: without it a connection of an earlier test's engine still in
+    # TIME_WAIT on this port makes our bind fail while vLLM's would succeed (CI saw exactly that).
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     first = settings.ENGINE_PORT_RANGE.start
     try:
         try:
             blocker.bind(("127.0.0.1", first))
             blocker.listen()
         except OSError:
-            pass  # something on this machine holds it already: the same situation
+            # Even with SO_REUSEADDR: another program really listens there — the same situation.
+            assert not port_free(first)
         wait_for(
             lambda: Node.objects.filter(name="cpu-port", status="online").exists(),
             60,
