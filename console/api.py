@@ -146,7 +146,11 @@ def on_validation(request, exc: ValidationError):
 
 @api.exception_handler(DomainError)
 def on_domain_error(request, exc: DomainError):
-    return _error(request, exc.status, exc.message, exc.field)
+    body = {"message": exc.message, "field": exc.field, **exc.details()}
+    response = api.create_response(request, body, status=exc.status)
+    if exc.retry_after is not None:
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 @api.exception_handler(AuthenticationError)

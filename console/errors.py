@@ -5,11 +5,16 @@ from __future__ import annotations
 
 class DomainError(Exception):
     status = 400
+    retry_after: int | None = None  # seconds: the API sends a Retry-After header
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
+
+    def details(self) -> dict:
+        """Fields the API's error body carries besides `message` and `field`."""
+        return {}
 
 
 class Invalid(DomainError):

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import client_for, make_user, wait_for
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers import client_for, make_user
+from tests.kit import FakeEngine, Proc, child_env, on_free_port, wait_for
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -40,56 +38,6 @@ def redis_url():
     if proc is not None:
         embedded_redis.stop(proc)
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def database_url() -> str:
-    """A URL for the test database, for worker processes started by tests."""
-    from django.db import connection
-
-    s = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{s['NAME']}"
-    host = s.get("HOST") or "127.0.0.1"
-    auth = s.get("USER") or "postgres"
-    if s.get("PASSWORD"):
-        auth += f":{s['PASSWORD']}"
-    return f"postgres://{auth}@{host}:{s.get('PORT') or 5432}/{s['NAME']}"
-
-
-def child_env(redis_url: str, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # set for Playwright's loop here; not for children
-    env.update(REDIS_URL=redis_url, DATABASE_URL=database_url(), PYTHONUNBUFFERED="1", **extra)
-    return env
-
-
-class Proc:
-    """A child process in its own process group, its output kept in a file for failures."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
-        self.log = log
-        self._fh = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        self.popen = subprocess.Popen(
-            argv,
-            env=env,
-            cwd=REPO,
-            stdout=self._fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self, timeout: float = 15) -> None:
-        if self.popen.poll() is None:
-            os.killpg(self.popen.pid, 15)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, 9)
-                self.popen.wait()
-        self._fh.close()
 
 
 def start_console_worker(redis_url: str, log: Path, **env: str) -> Proc:
@@ -152,30 +100,37 @@ def console_worker(redis_url, transactional_db, tmp_path):
 def console_web(redis_url, transactional_db, tmp_path):
     """The console's ASGI app (pages, /api/v1 and the /v1 gateway) served by a real uvicorn
     process on a free loopback port, sharing the test database. Yields its base URL."""
-    import socket
     import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    argv = [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1"]
-    argv += ["--port", str(port), "--no-access-log", "--lifespan", "on"]
-    proc = Proc(argv, child_env(redis_url), tmp_path / "console-web.log")
-    url = f"http://127.0.0.1:{port}"
+    def start(port: int) -> Proc:
+        argv = [sys.executable, "-m", "uvicorn", "console.asgi:application"]
+        argv += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--lifespan", "on"]
+        proc = Proc(argv, child_env(redis_url), tmp_path / f"console-web-{port}.log")
+        proc.url = f"http://127.0.0.1:{port}"
 
-    def up():
-        if proc.popen.poll() is not None:
-            raise AssertionError(f"console web exited:\n{proc.output()}")
-        try:
-            with urllib.request.urlopen(url + "/login/", timeout=2) as resp:  # noqa: S310
-                return resp.status == 200
-        except OSError:
-            return False
+        def up():
+            if proc.popen.poll() is not None:
+                raise AssertionError(f"console web exited:\n{proc.output()}")
+            try:
+                with urllib.request.urlopen(proc.url + "/login/", timeout=2) as resp:  # noqa: S310
+                    return resp.status == 200
+            except OSError:
+                return False
 
-    _wait_or_stop(proc, up, "the console web server to answer")
-    proc.url = url
+        _wait_or_stop(proc, up, "the console web server to answer")
+        return proc
+
+    proc = on_free_port(start)  # another program may take the port before uvicorn binds it
     yield proc
     proc.stop()
+
+
+@pytest.fixture
+def fake_engine():
+    """A running FakeEngine (tests/kit/fake_engine.py) with its default answers: 50 ms to
+    the first token, 10 ms between tokens. Closed at teardown."""
+    with FakeEngine() as engine:
+        yield engine
 
 
 # --- users ------------------------------------------------------------------------------------

@@ -1,20 +1,11 @@
-"""Plain helpers shared by tests (import them; fixtures live in conftest.py)."""
+"""Users and signed-in clients for tests (fixtures live in conftest.py; the rest of what tests
+share is the kit, tests/kit/)."""
 
 from __future__ import annotations
 
-import time
+from tests.kit.waiting import wait_for
 
-
-def wait_for(predicate, timeout: float, interval: float = 0.05, message: str = "condition"):
-    """Poll `predicate` until it returns a truthy value or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
+__all__ = ["client_for", "make_user", "wait_for"]  # wait_for: the kit's, for older imports
 
 
 def make_user(username: str, role: str | None):

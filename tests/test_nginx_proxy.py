@@ -13,7 +13,6 @@ import getpass
 import os
 import re
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -25,8 +24,8 @@ import pytest
 import redis
 
 from console.accounts.models import AuditEntry
-from tests.conftest import REPO, Proc, child_env
-from tests.helpers import make_user, wait_for
+from tests.helpers import make_user
+from tests.kit import REPO, Proc, child_env, free_port, wait_for
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 STREAM_MODULE = Path("/usr/lib/nginx/modules/ngx_stream_module.so")
@@ -35,12 +34,6 @@ pytestmark = pytest.mark.skipif(
     not Path(NGINX).exists() and not os.environ.get("NPU_REQUIRE_NGINX"),
     reason="nginx is not installed (apt install nginx libnginx-mod-stream); .ci/run installs it",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def self_signed(tls: Path) -> Path:

@@ -54,6 +54,14 @@ def primary_address() -> str:
     return ""
 
 
+def simulated_node(config: AgentConfig) -> bool:
+    """True when this agent's NPUs are the simulated provider's (`--simulated`, `make demo`).
+    Its heartbeats then say `simulated` (the console labels the node SIMULATED) and its engines
+    are simulated too (workers/engine/simulated.py): a host with real NPUs only never gets
+    here, so the real runner is the only one a production host uses."""
+    return "simulated" in config.providers
+
+
 def _degraded(results: list[dict]) -> str | None:
     """Why telemetry is degraded: a configured vendor tool that exists but failed."""
     for r in results:
@@ -82,7 +90,7 @@ def build_heartbeat(config: AgentConfig, found: dict[str, Any], seq: int) -> Hea
         seq=seq,
         agent_version=AGENT_VERSION,
         interval_s=config.heartbeat_s,
-        simulated="simulated" in config.providers,
+        simulated=simulated_node(config),
         host=host,
         versions=versions,
         chips=chips,
@@ -170,6 +178,7 @@ class Agent:
             },
             set_env_path=config.cann_set_env,
             engine_host=config.engine_host,
+            simulated=simulated_node(config),
         )
 
     def send(self, kind: str, body: dict) -> None:
@@ -249,13 +258,22 @@ def command_handlers(agent: Agent) -> dict:
             raise ValueError(f"replica {engine.replica_id} is placed on {engine.node}, not here")
         agent.supervisor.start(engine)
 
+    def model_inspect(path: str, inspection_id: int | None = None) -> dict:
+        """Read the model (cached per fingerprint); with an id, answer on the inbox, where
+        the console stores it on that inspection's record (nobody waits on a reply key)."""
+        result = inspect_model(path)
+        if inspection_id is not None:
+            report = {"node": agent.config.node_name, "inspection_id": inspection_id}
+            agent.send(Tasks.MODEL_INSPECTION, {**report, "path": path, "result": result})
+        return result
+
     return {
         Tasks.HOST_RUN_CHECKS: lambda run_id=None: agent.report_checks(run_id, "on-demand"),
         Tasks.HOST_START_REPLICA: start_replica,
         Tasks.HOST_STOP_REPLICA: lambda replica_id, generation=None: agent.supervisor.stop(
             replica_id, generation
         ),
-        Tasks.HOST_MODEL_INSPECT: inspect_model,
+        Tasks.HOST_MODEL_INSPECT: model_inspect,
         Tasks.HOST_LOG_TAIL: lambda replica_id, offset=0, max_bytes=65536: (
             agent.supervisor.log_tail(replica_id, offset, max_bytes)
         ),
@@ -311,11 +329,18 @@ def run(config: AgentConfig) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    log.info(  # which vLLM a deployment will get: workers/config.py engine_python_from_env
+        "engine python: %s (from %s)",
+        config.engine_python or sys.executable,
+        config.engine_python_source or "the agent's own interpreter",
+    )
     identity = enroll(config, stop)
     if identity is None:
         return 0
     agent = Agent(config, identity)
     agent.stop = stop
+    if agent.supervisor.simulated:
+        log.warning("NPUs are SIMULATED: engines are simulated too (no vLLM process is started)")
     adopted = agent.supervisor.adopt()  # engines that outlived the previous agent
     if adopted:
         log.info(

@@ -5,9 +5,18 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import shutil
 import socket
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# The checkout the agent runs from (`make run`, `python -m workers agent` in a clone): where
+# `make engine-env` puts the engine environment. In an installed package this is site-packages,
+# where no .venv-engine/ exists, so the default below simply does not apply there.
+CHECKOUT = Path(__file__).resolve().parent.parent
+DEFAULT_ENGINE_VENV = ".venv-engine"
 
 
 class ConfigError(ValueError):
@@ -44,6 +53,40 @@ def engine_host_from_env(env: dict[str, str]) -> str | None:
         ) from None
 
 
+def _interpreter(path: Path) -> bool:
+    return shutil.which(str(path)) is not None  # an executable file; a bare name: on PATH
+
+
+def engine_python_from_env(
+    env: Mapping[str, str], *, checkout: Path = CHECKOUT, own: str = sys.executable
+) -> tuple[str, str]:
+    """The interpreter engines run under (the engine environment: vLLM, and on Ascend hosts
+    vllm-ascend + torch-npu), and why that one, as (path, source). The first that applies:
+
+    1. NPU_AGENT_ENGINE_PYTHON;
+    2. $ENGINE_VENV/bin/python (the variable `make engine-env` takes; relative to the checkout);
+    3. <checkout>/.venv-engine/bin/python, when it exists (what `make engine-env` makes);
+    4. the agent's own interpreter (an engine env that is the agent's venv).
+
+    A variable that is set but names no interpreter is a ConfigError: a typo must not quietly
+    fall back to an interpreter without vLLM, where every engine would fail to start."""
+    explicit = (env.get("NPU_AGENT_ENGINE_PYTHON") or "").strip()
+    if explicit:
+        if not _interpreter(Path(explicit)):
+            raise ConfigError(f"NPU_AGENT_ENGINE_PYTHON: {explicit} is not an executable")
+        return explicit, "NPU_AGENT_ENGINE_PYTHON"
+    venv = (env.get("ENGINE_VENV") or "").strip()
+    if venv:
+        python = checkout / venv / "bin" / "python"  # an absolute ENGINE_VENV replaces checkout
+        if not _interpreter(python):
+            raise ConfigError(f"ENGINE_VENV: no {python} (create it: make engine-env)")
+        return str(python), "ENGINE_VENV"
+    python = checkout / DEFAULT_ENGINE_VENV / "bin" / "python"
+    if _interpreter(python):
+        return str(python), f"this checkout's {DEFAULT_ENGINE_VENV}/, made by make engine-env"
+    return own, "the agent's own interpreter (no engine env found)"
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     node_name: str
@@ -53,9 +96,11 @@ class AgentConfig:
     providers: tuple[str, ...] = ("ascend", "nvidia")
     npu_smi: str = "npu-smi"
     npu_smi_timeout_s: float = 10.0
+    hccn_tool: str = "hccn_tool"  # NPU network checks; see workers/accelerators/hccn.py
     state_dir: Path = field(default_factory=lambda: Path.home() / ".npu-agent")
     sample_path: str | None = None  # simulated provider: which real capture to replay
     engine_python: str = ""  # the interpreter of the engine environment (vLLM); "" = this one
+    engine_python_source: str = ""  # why that interpreter (engine_python_from_env), for the log
     engine_start_timeout_s: float = 900.0  # vLLM listens only after loading weights
     engine_probe_s: float = 2.0  # how often the supervisor looks at each engine
     engine_backoff_s: float = 2.0  # first restart delay after a crash (doubles each crash)
@@ -91,6 +136,7 @@ class AgentConfig:
             raise ConfigError(
                 f"NPU_AGENT_PROVIDERS: unknown provider(s) {', '.join(sorted(unknown))}"
             )
+        engine_python, engine_python_source = engine_python_from_env(env)
         return cls(
             node_name=name,
             broker_url=broker,
@@ -99,9 +145,11 @@ class AgentConfig:
             providers=providers,
             npu_smi=env.get("NPU_SMI_PATH", "npu-smi"),
             npu_smi_timeout_s=timeout,
+            hccn_tool=env.get("HCCN_TOOL_PATH", "hccn_tool"),
             state_dir=Path(env.get("NPU_AGENT_STATE_DIR") or Path.home() / ".npu-agent"),
             sample_path=env.get("NPU_AGENT_SIM_SAMPLE") or None,
-            engine_python=env.get("NPU_AGENT_ENGINE_PYTHON", ""),
+            engine_python=engine_python,
+            engine_python_source=engine_python_source,
             engine_start_timeout_s=_positive(env, "NPU_AGENT_ENGINE_START_TIMEOUT_S", 900.0),
             engine_probe_s=_positive(env, "NPU_AGENT_ENGINE_PROBE_S", 2.0),
             engine_backoff_s=_positive(env, "NPU_AGENT_ENGINE_BACKOFF_S", 2.0),

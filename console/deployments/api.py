@@ -4,28 +4,23 @@ from ninja import Router, Status
 from ninja.pagination import paginate
 
 from console.accounts.services import actor_from_request
-from console.deployments import catalog, services
+from console.deployments import catalog, inspection, services
 from console.deployments.models import Deployment, Replica, ReplicaEvent
 from console.deployments.schemas import (
     CatalogModelOut,
     CatalogOut,
     DeploymentIn,
     DeploymentOut,
+    ModelInspectionOut,
     ReplicaDetailOut,
     ReplicaEventOut,
     ReplicaOut,
     ScaleIn,
 )
-from console.errors import Invalid, NotFound
+from console.errors import NotFound
 from console.pagination import LimitOffsetPagination
 
 router = Router(tags=["deployments"])
-
-
-def _spec(payload: DeploymentIn) -> tuple[dict, str | None]:
-    data = payload.model_dump()
-    data.pop("name"), data.pop("desired_state")
-    return data, data.pop("pinned_node")
 
 
 @router.get("/deployments", response=list[DeploymentOut])
@@ -36,17 +31,10 @@ def list_deployments(request):
 
 @router.post("/deployments", response={201: DeploymentOut})
 def create_deployment(request, payload: DeploymentIn):
-    spec, pinned = _spec(payload)
-    dep = services.create_deployment(
-        actor=actor_from_request(request),
-        name=payload.name,
-        spec=spec,
-        pinned_node=pinned,
-        desired_state=payload.desired_state,
+    """Create a deployment; `desired_state: running` also starts it."""
+    return Status(
+        201, services.create_deployment(actor=actor_from_request(request), payload=payload)
     )
-    if payload.desired_state == "running":
-        services.set_desired(actor=actor_from_request(request), name=dep.name, state="running")
-    return Status(201, dep)
 
 
 @router.get("/deployments/{name}", response=DeploymentOut)
@@ -56,12 +44,9 @@ def get_deployment(request, name: str):
 
 @router.put("/deployments/{name}", response=DeploymentOut)
 def update_deployment(request, name: str, payload: DeploymentIn):
-    if payload.name != name:
-        raise Invalid("a deployment cannot be renamed", field="name")
-    spec, pinned = _spec(payload)
-    return services.update_deployment(
-        actor=actor_from_request(request), name=name, spec=spec, pinned_node=pinned
-    )
+    """Replace the spec (running replicas restart with it); `desired_state` changes only when
+    it is given."""
+    return services.update_deployment(actor=actor_from_request(request), name=name, payload=payload)
 
 
 @router.delete("/deployments/{name}", response={204: None})
@@ -138,3 +123,10 @@ def list_catalog(request):
 @router.get("/catalog/{model_id}", response=CatalogModelOut, tags=["catalog"])
 def get_catalog_model(request, model_id: str):
     return catalog.model_out(catalog.get_model(model_id))
+
+
+@router.get("/deployments/inspections/{int:inspection_id}", response=ModelInspectionOut)
+def get_inspection(request, inspection_id: int):
+    """A model inspection (the `inspection.id` of a 409 "still inspecting"): poll until its
+    status is done or failed, then send the deployment again."""
+    return inspection.get(inspection_id)

@@ -8,6 +8,7 @@ from django.views.decorators.http import require_GET
 
 from console.accounts.decorators import role_required
 from console.deployments import catalog
+from console.deployments.forms import engine_rows
 from console.deployments.views import _form_context
 from console.errors import DomainError
 
@@ -46,6 +47,7 @@ def deployment_from_catalog(request):
     try:
         model, card = catalog.get_model(model_id), catalog.get_card(card_id)
         context["post"] = _initial(catalog.preset_spec(model, card))
+        context["engine_rows"] = engine_rows(context["post"])
         context["preset"] = catalog.preset_out(model, card)
     except DomainError as exc:
         context["catalog_error"], status = exc, 422

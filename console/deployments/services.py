@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F
@@ -21,27 +23,20 @@ from console.deployments.models import (
     ReplicaEvent,
     ReplicaState,
 )
+from console.deployments.schemas import DeploymentIn
 from console.errors import Conflict, Invalid, NotFound
 from console.inventory.models import Accelerator, Node, NodeStatus
+from workers import engine_settings
+from workers.engine.argv import is_secret_name
 
 log = logging.getLogger(__name__)
+# The columns a spec writes: the engine settings (the one table) and the rest of the spec.
 SPEC_FIELDS = (
+    *engine_settings.NAMES,
     "model_path",
     "model_label",
     "served_model_name",
     "device",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "dtype",
-    "max_model_len",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "gpu_memory_utilization",
-    "block_size",
-    "swap_space",
-    "enforce_eager",
-    "quantization",
-    "trust_remote_code",
     "extra_args",
     "extra_env",
     "replicas",
@@ -50,6 +45,23 @@ SPEC_FIELDS = (
     "npu_ids",
     "reschedule_on_node_loss",
 )
+
+
+@dataclass
+class CheckedSpec:
+    """A spec that passed check_spec: the columns to write, with the model the agent read
+    and the memory estimate."""
+
+    fields: dict[str, Any]
+    node: Node  # the node that inspected the model
+
+    @property
+    def model_info(self) -> dict:
+        return self.fields["model_info"]
+
+    @property
+    def estimate(self) -> dict:
+        return self.fields["estimate"]
 
 
 def get_deployment(name: str) -> Deployment:
@@ -76,29 +88,23 @@ def inspect_node(spec: dict) -> Node:
 
 
 def inspect_model(node: Node, path: str, timeout: float = 20.0) -> dict:
-    """Ask the node's agent to read the model directory (command host.model_inspect)."""
-    from console.inventory.commands import NoAnswer, call
-    from workers.contracts import Tasks
+    """The model as the node's agent reads it (command host.model_inspect), waiting at most
+    min(timeout, about a second): a record and a poll (console/deployments/inspection.py).
+    Raises Invalid (model_path) for a refused model, InspectionPending (retry) meanwhile."""
+    from console.deployments import inspection
 
-    try:
-        info = call(node.name, Tasks.HOST_MODEL_INSPECT, [path], timeout=timeout)
-    except NoAnswer:
-        raise Invalid(
-            f"the agent on {node.name} did not answer the model inspection within {timeout:g}s",
-            field="model_path",
-        ) from None
-    if not isinstance(info, dict):
-        raise Invalid(f"the agent on {node.name} answered nonsense", field="model_path")
-    if not info.get("ok"):
-        raise Invalid(
-            f"{info.get('error') or 'cannot read the model'} (on {node.name})", field="model_path"
-        )
-    return info
+    return inspection.result(node, path, wait=min(timeout, inspection.WAIT_S))
 
 
-def validate_spec(spec: dict, *, inspect=None, deployment: str | None = None) -> dict:
-    """Check a full spec; returns it completed with model_info and the memory estimate.
-    `deployment`: the one being changed (its own NPUs are not a conflict)."""
+def check_spec(
+    payload: DeploymentIn, *, deployment: str | None = None, inspect=None
+) -> CheckedSpec:
+    """The one intake of a spec, for create, update and the form's live check: every rule of
+    validation.py, the NPUs asked for, the model as the agent reads it, the memory estimate.
+    `deployment`: the one being changed (its own NPUs are not a conflict). `inspect`: a
+    stand-in for the agent's model inspection (tests, the catalog's self-check)."""
+    spec = payload.spec
+    spec["pinned_node"] = _node_or_none(payload.pinned_node)
     spec["model_path"] = v.check_model_path(spec["model_path"])
     spec["block_size"] = v.check_block_size(spec.get("block_size"), spec.get("device", "npu"))
     if spec["device"] == "npu" and spec["block_size"] is None:
@@ -129,7 +135,7 @@ def validate_spec(spec: dict, *, inspect=None, deployment: str | None = None) ->
         )
     spec["model_info"], spec["estimate"] = info, est
     _check_torch_build(node)
-    return spec
+    return CheckedSpec(fields=spec, node=node)
 
 
 def _check_explicit_npus(spec: dict, deployment: str | None = None) -> None:
@@ -190,35 +196,40 @@ def _check_torch_build(node: Node) -> None:
         )
 
 
-def create_deployment(
-    *,
-    actor: Actor,
-    name: str,
-    spec: dict,
-    pinned_node: str | None,
-    desired_state: str = DesiredState.STOPPED,
-    inspect=None,
-) -> Deployment:
+def create_deployment(*, actor: Actor, payload: DeploymentIn, inspect=None) -> Deployment:
+    """Create a deployment; with desired_state "running" it starts on the next reconcile
+    (one call per intent: the API and the page both call only this)."""
     check_role(actor, Role.OPERATOR)
-    if Deployment.objects.filter(name=name).exists():
-        raise Conflict(f"a deployment named {name!r} exists", field="name")
-    spec["pinned_node"] = _node_or_none(pinned_node)
-    spec = validate_spec(spec, inspect=inspect)
+    if Deployment.objects.filter(name=payload.name).exists():
+        raise Conflict(f"a deployment named {payload.name!r} exists", field="name")
+    checked = check_spec(payload, inspect=inspect)
     with transaction.atomic():
         dep = Deployment.objects.create(
-            name=name,
+            name=payload.name,
             created_by=actor.user,
-            desired_state=desired_state,
-            **{
-                k: spec[k]
-                for k in (*SPEC_FIELDS, "pinned_node", "model_info", "estimate")
-                if k in spec
-            },
+            desired_state=payload.desired_state,
+            **checked.fields,
         )
         record(
-            actor=actor, action="deployment.create", obj=dep, after={"desired_state": desired_state}
+            actor=actor,
+            action="deployment.create",
+            obj=dep,
+            after={"desired_state": payload.desired_state, "spec": _audited(checked.fields)},
         )
+        if payload.desired_state == DesiredState.RUNNING:
+            _kick_reconcile()
     return dep
+
+
+def _audited(fields: dict[str, Any]) -> dict[str, Any]:
+    """The spec as the audit log keeps it: the columns a user set (not the agent's model
+    report nor the estimate), secret-named environment values masked."""
+    out = {k: fields[k] for k in SPEC_FIELDS if k in fields}
+    out["pinned_node"] = fields["pinned_node"].name if fields.get("pinned_node") else None
+    out["extra_env"] = {
+        k: "***" if is_secret_name(k) else val for k, val in (fields.get("extra_env") or {}).items()
+    }
+    return out
 
 
 def _check_npu_holders(node, ids: list[int], deployment: str | None) -> None:
@@ -248,24 +259,28 @@ def _check_npu_holders(node, ids: list[int], deployment: str | None) -> None:
 
 
 def update_deployment(
-    *, actor: Actor, name: str, spec: dict, pinned_node: str | None, inspect=None
+    *, actor: Actor, name: str, payload: DeploymentIn, inspect=None
 ) -> Deployment:
     """Replace the spec; running replicas restart with a new generation on the next reconcile.
 
-    Validation (which may ask the agent) runs before the row lock; then the deployment is
+    check_spec (which may ask the agent) runs before the row lock; then the deployment is
     re-read under the lock and only the spec fields are written, with `spec_version` bumped by
-    the database (F()): a start, stop, scale or restart committed meanwhile is kept."""
+    the database (F()): a start, stop, scale or restart committed meanwhile is kept. The
+    desired state changes only when the request names it."""
     check_role(actor, Role.OPERATOR)
-    get_deployment(name)  # 404 before any work
-    spec["pinned_node"] = _node_or_none(pinned_node)
-    spec = validate_spec(spec, inspect=inspect, deployment=name)
-    fields = [k for k in (*SPEC_FIELDS, "pinned_node", "model_info", "estimate") if k in spec]
+    if payload.name != name:
+        raise Invalid("a deployment cannot be renamed", field="name")
+    before = get_deployment(name)  # 404 before any work
+    checked = check_spec(payload, inspect=inspect, deployment=name)
+    fields = dict(checked.fields)
+    if "desired_state" in payload.model_fields_set:
+        fields["desired_state"] = payload.desired_state
     with transaction.atomic():
         dep = Deployment.objects.select_for_update().filter(name=name).first()
         if dep is None:
             raise NotFound(f"no deployment named {name!r}", field="name")
-        for key in fields:
-            setattr(dep, key, spec[key])
+        for key, value in fields.items():
+            setattr(dep, key, value)
         dep.spec_version = F("spec_version") + 1
         dep.updated_at = timezone.now()
         dep.save(update_fields=[*fields, "spec_version", "updated_at"])
@@ -274,9 +289,15 @@ def update_deployment(
             actor=actor,
             action="deployment.update",
             obj=dep,
-            after={"spec_version": dep.spec_version},
+            before={"spec": _audited(_columns(before))},
+            after={"spec_version": dep.spec_version, "spec": _audited(checked.fields)},
         )
+        _kick_reconcile()
     return dep
+
+
+def _columns(dep: Deployment) -> dict[str, Any]:
+    return {k: getattr(dep, k) for k in SPEC_FIELDS} | {"pinned_node": dep.pinned_node}
 
 
 def _node_or_none(name: str | None) -> Node | None:
@@ -371,7 +392,12 @@ def delete_deployment(*, actor: Actor, name: str) -> None:
             "stop the deployment and wait for its replicas to stop before deleting it", field="name"
         )
     with transaction.atomic():
-        record(actor=actor, action="deployment.delete", obj=dep)
+        record(
+            actor=actor,
+            action="deployment.delete",
+            obj=dep,
+            before={"desired_state": dep.desired_state, "spec": _audited(_columns(dep))},
+        )
         dep.delete()
 
 

@@ -11,14 +11,13 @@ from functools import lru_cache
 from pathlib import Path
 
 from console.errors import Invalid
+from workers import engine_settings
 
 BLOCK_SIZES = (16, 32, 64, 128)
 ASCEND_BLOCK_SIZE = 128
 # vllm-ascend validates the block size against 32, 64, 128 (vllm_ascend/utils.py, as quoted in
 # vllm-project/vllm-ascend PR #12882, which proposes adding 16 for DeepSeek V4 only)
 NPU_BLOCK_SIZES = (32, 64, 128)
-DTYPES = ("auto", "bfloat16", "float16", "float32")
-QUANTIZATIONS = ("", "ascend", "fp8", "gptq", "awq", "compressed-tensors")
 ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
 ENV_PREFIXES = (
     "VLLM_",
@@ -50,26 +49,13 @@ ENV_FORBIDDEN = {
     "VLLM_API_KEY",  # the replica's engine key, set by the console (models.engine_api_key)
 }
 # Flags the console sets from fields: giving them in extra_args would contradict the spec.
+# The engine settings' flags (and aliases) come from the one table.
 MANAGED_FLAGS = {
     "--model": "model_path",
     "--served-model-name": "served_model_name",
     "--host": "placement",
     "--port": "placement",
-    "--tensor-parallel-size": "tensor_parallel_size",
-    "-tp": "tensor_parallel_size",
-    "--pipeline-parallel-size": "pipeline_parallel_size",
-    "-pp": "pipeline_parallel_size",
-    "--dtype": "dtype",
-    "--max-model-len": "max_model_len",
-    "--max-num-seqs": "max_num_seqs",
-    "--max-num-batched-tokens": "max_num_batched_tokens",
-    "--gpu-memory-utilization": "gpu_memory_utilization",
-    "--block-size": "block_size",
-    "--swap-space": "swap_space",
-    "--enforce-eager": "enforce_eager",
-    "--quantization": "quantization",
-    "-q": "quantization",
-    "--trust-remote-code": "trust_remote_code",
+    **engine_settings.managed_flags(),
 }
 FLAGS_FILE = Path(__file__).with_name("vllm_serve_flags.txt")
 

@@ -14,11 +14,13 @@ from console.accounts.decorators import role_required
 from console.accounts.services import actor_from_request
 from console.deployments import services
 from console.deployments.engines import engine_charts, engine_metrics
-from console.deployments.forms import parse_form
+from console.deployments.forms import engine_rows, parse_form
+from console.deployments.inspection import InspectionPending
 from console.deployments.models import Deployment, Replica, ReplicaState, engine_api_key
 from console.errors import DomainError
 from console.inventory.models import Node
 from console.pagination import page_of
+from workers import engine_settings
 
 # An engine is on our own network: an HTTP_PROXY in the console's environment must not get
 # the request (nor the engine key it carries).
@@ -31,8 +33,7 @@ LIST_FIELDS = (
     "replicas",
     "npus_per_replica",
     "device",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
+    *(row.name for row in engine_settings.rows(engine_settings.LIST)),
 )
 
 
@@ -56,25 +57,19 @@ def deployment_list(request):
 
 
 def _form_context(request, dep: Deployment | None = None, **extra) -> dict:
-    return {"dep": dep, "nodes": Node.objects.order_by("name"), "post": request.POST, **extra}
+    context = {"dep": dep, "nodes": Node.objects.order_by("name"), "post": request.POST}
+    context.update(extra)
+    context["engine_rows"] = engine_rows(context["post"])
+    return context
 
 
 @role_required("operator")
 def deployment_new(request):
     if request.method == "POST":
         try:
-            payload = parse_form(request.POST)
-            spec = payload.model_dump()
-            name, desired, pinned = (
-                spec.pop("name"),
-                spec.pop("desired_state"),
-                spec.pop("pinned_node"),
-            )
             dep = services.create_deployment(
-                actor=actor_from_request(request), name=name, spec=spec, pinned_node=pinned
+                actor=actor_from_request(request), payload=parse_form(request.POST)
             )
-            if desired == "running":
-                services.set_desired(actor=actor_from_request(request), name=name, state="running")
             messages.success(request, f"deployment {dep.name} created")
             return redirect("deployment-detail", name=dep.name)
         except DomainError as exc:
@@ -89,12 +84,10 @@ def deployment_new(request):
 def deployment_validate(request):
     """htmx: validate the form as it changes; show the memory estimate or the first problem."""
     try:
-        payload = parse_form(request.POST)
-        spec = payload.model_dump()
-        spec.pop("name"), spec.pop("desired_state")
-        spec["pinned_node"] = services._node_or_none(spec.pop("pinned_node"))
-        checked = services.validate_spec(spec)
-        context = {"estimate": checked["estimate"], "info": checked["model_info"]}
+        checked = services.check_spec(parse_form(request.POST))
+        context = {"estimate": checked.estimate, "info": checked.model_info}
+    except InspectionPending as exc:  # the partial polls until the agent has answered
+        context = {"inspecting": exc.inspection}
     except DomainError as exc:
         context = {"error": exc}
     return render(request, "deployments/form.html#check", context)
@@ -160,13 +153,22 @@ def deployment_action(request, name: str, action: str):
 def try_prompt(request, name: str):
     """Send a real completion to a ready replica and show the answer and its latency."""
     dep = get_object_or_404(Deployment, name=name)
-    ready = dep.replica_set.filter(state=ReplicaState.READY).select_related("node", "deployment")
-    replica = next((r for r in ready if r.base_url is not None), None)
+    ready = list(
+        dep.replica_set.filter(state=ReplicaState.READY).select_related("node", "deployment")
+    )
+    real = [r for r in ready if not r.node.simulated]  # a simulated engine has no server
+    replica = next((r for r in real if r.base_url is not None), None)
     context: dict = {"prompt": request.POST.get("prompt", "")[:2000]}
     if replica is None:
-        context["error"] = "no replica is ready" + (
-            " at a usable address (its node reports no IP address)" if ready else ""
-        )
+        if ready and not real:
+            context["error"] = (
+                "the ready replicas are on SIMULATED nodes: their engines are simulated "
+                "and no server answers a prompt there"
+            )
+        else:
+            context["error"] = "no replica is ready" + (
+                " at a usable address (its node reports no IP address)" if real else ""
+            )
         return render(request, "deployments/detail.html#answer", context)
     body = json.dumps(
         {"model": dep.served_model_name, "prompt": context["prompt"], "max_tokens": 32}

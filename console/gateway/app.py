@@ -7,8 +7,9 @@ streamed chunk, and the promise here is < 5 % added latency (bench/gateway_overh
 Streaming responses are relayed event by event as they arrive (nothing is buffered beyond
 one server-sent event); when the client goes away the upstream request is closed, which
 makes vLLM abort it. A replica that refuses the connection, or answers 502/503 before any
-byte was sent to the client, is retried on the next one. Errors use OpenAI's error shape so
-OpenAI clients show them as such.
+byte was sent to the client, is retried on the next one. Replicas on simulated nodes are
+never upstreams (routing.py): a model served only there is a 503 that says so. Errors use
+OpenAI's error shape so OpenAI clients show them as such.
 """
 
 from __future__ import annotations
@@ -180,6 +181,15 @@ async def forward(request: Request) -> Response:
                 "invalid_request_error",
                 "model",
                 "model_not_found",
+            )
+        if model in table.simulated_only:
+            return error(
+                503,
+                f"the ready replicas of {model!r} are on SIMULATED nodes (make demo): their "
+                "engines are simulated, no server answers there",
+                "service_unavailable",
+                "model",
+                "simulated_replicas_only",
             )
         return error(503, f"no replica of {model!r} is ready", "service_unavailable")
 

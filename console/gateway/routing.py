@@ -5,6 +5,11 @@ agent reports them with every heartbeat) + the requests this gateway process has
 to it right now (the scrape is seconds old; the in-flight count is not). Ties go round-robin.
 The table of ready replicas is read once per REFRESH_S for all models (one query and one
 Redis MGET), never per request.
+
+Replicas on SIMULATED nodes (`make demo`) are never upstreams: their engines are simulated by
+the agent (workers/engine/simulated.py) and nothing listens on their ports, so a request is
+answered at once with a 503 saying so rather than sent to an address where nothing (or, on a
+shared demo host, something else) listens.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ class Table:
     at: float = 0.0
     by_model: dict[str, list[Upstream]] = field(default_factory=dict)
     known_models: frozenset[str] = frozenset()
+    # models with ready replicas on simulated nodes only: no upstream, a clear 503
+    simulated_only: frozenset[str] = frozenset()
 
 
 def scraped_load(metrics: dict) -> float:
@@ -67,7 +74,11 @@ def _read_table() -> Table:
     )
     metrics = engine_metrics([r.pk for r in replicas])
     by_model: dict[str, list[Upstream]] = {}
+    simulated: set[str] = set()
     for r in replicas:
+        if r.node.simulated:
+            simulated.add(r.deployment.served_model_name)
+            continue
         url = r.base_url
         if url is None:  # its node reports no usable address: no upstream to send to
             continue
@@ -77,7 +88,7 @@ def _read_table() -> Table:
             Upstream(r.pk, f"{r.deployment.name}/{r.index}", url, load, engine_api_key(r.pk))
         )
     known = frozenset(Deployment.objects.values_list("served_model_name", flat=True))
-    return Table(time.monotonic(), by_model, known)
+    return Table(time.monotonic(), by_model, known, frozenset(simulated - by_model.keys()))
 
 
 class Router:

@@ -13,9 +13,9 @@ from playwright.sync_api import expect
 from console.benchmarks.models import BenchmarkRun
 from console.benchmarks.services import engine_snapshot
 from tests.browser.conftest import shot
-from tests.console.benchmarks.conftest import make_deployment
-from tests.console.benchmarks.fake_openai import FakeEngine
+from tests.console.benchmarks.conftest import BENCH
 from tests.helpers import make_user
+from tests.kit import FakeEngine, make_deployment
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -51,7 +51,7 @@ def earlier_run(dep, days: int, seqs: int, rps: float, ttft: float) -> Benchmark
 def test_start_watch_chart_and_compare(page, live_server, console_worker):
     make_user("ada", "admin")
     with FakeEngine(ttft_s=0.05, itl_s=0.1) as engine:
-        dep = make_deployment(port=engine.port, max_num_seqs=16)
+        dep = make_deployment("tiny", ports=[engine.port], **{**BENCH, "max_num_seqs": 16})
         earlier_run(dep, 14, seqs=4, rps=2.1, ttft=95.0)
         before = earlier_run(dep, 7, seqs=4, rps=2.3, ttft=90.0)
 
@@ -81,7 +81,8 @@ def test_start_watch_chart_and_compare(page, live_server, console_worker):
         shot(page, "benchmark-run")
 
         run = BenchmarkRun.objects.exclude(pk__lte=before.pk).get()
-        assert run.requests == engine.requests > 0 and run.engine_settings["max_num_seqs"] == 16
+        assert run.requests == len(engine.requests) > 0
+        assert run.engine_settings["max_num_seqs"] == 16
 
     page.goto(f"{live_server.url}/benchmarks/?deployment=tiny")
     page.check(f"input[name=a][value='{before.pk}']")

@@ -2,8 +2,9 @@
 
 - An admin creates an enrollment token, a real (simulated-NPU) host agent enrols with it, its
   NPUs appear, and a deployment made from the catalog picker is placed and dispatched to it.
-  A simulated node cannot run vLLM: the journey stops at whatever the real path reaches
-  (scheduled, starting, or failed with its reason shown) and never fakes readiness.
+  A simulated node has no NPUs to run vLLM on: its agent simulates the engine (no process;
+  workers/engine/simulated.py), so the replica goes starting -> loading -> ready labelled
+  SIMULATED on the page, and the gateway never routes to it.
 - On-call opens the incident queue, moves with j/k, opens with Enter, reads the diagnosis,
   acknowledges with `a`, adds a note and resolves.
 - Phone (390 x 844) and dark mode: no horizontal scrolling on the main pages.
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import json
 import struct
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,14 +24,13 @@ from playwright.sync_api import expect
 
 from console.deployments.catalog import load_catalog
 from console.deployments.engines import apply_report
-from console.deployments.models import Deployment, Replica
+from console.deployments.models import Replica
 from console.deployments.reconcile import reconcile
 from console.diagnosis.models import Incident
 from console.inventory.models import Node
 from tests.browser.conftest import SCREENSHOTS, shot
-from tests.conftest import Proc, child_env
-from tests.factories import make_node
-from tests.helpers import make_user, wait_for
+from tests.helpers import make_user
+from tests.kit import make_deployment, make_node, make_replica, start_agent, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engine"
@@ -71,19 +70,6 @@ def model_dir(root: Path, model_id: str) -> Path:
     return path
 
 
-def start_agent(redis_url: str, token: str, tmp_path: Path, name: str) -> Proc:
-    env = child_env(
-        redis_url,
-        NPU_AGENT_ENROLL_TOKEN=token,
-        NPU_AGENT_HEARTBEAT_S="1",
-        NPU_AGENT_BROKER_URL=redis_url,
-        NPU_AGENT_STATE_DIR=str(tmp_path / "agent"),
-        NPU_AGENT_ENGINE_START_TIMEOUT_S="20",
-    )
-    argv = [sys.executable, "-m", "workers", "agent", "--simulated", "--node-name", name]
-    return Proc(argv, env, tmp_path / f"agent-{name}.log")
-
-
 def no_horizontal_scroll(page) -> None:
     width = page.evaluate("document.scrollingElement.scrollWidth")
     inner = page.evaluate("window.innerWidth")
@@ -102,7 +88,14 @@ def test_admin_enrols_a_node_and_deploys_from_the_catalog(
     assert len(token) > 20
     shot(page, "journey-1-enrollment-token")
 
-    agent = start_agent(redis_url, token, tmp_path, "sim-journey")
+    agent = start_agent(
+        redis_url,
+        token,
+        tmp_path,
+        name="sim-journey",
+        simulated=True,
+        NPU_AGENT_ENGINE_START_TIMEOUT_S="20",
+    )
     try:
         node = wait_for(
             lambda: Node.objects.filter(name="sim-journey", accelerators__isnull=False).first(),
@@ -139,19 +132,19 @@ def test_admin_enrols_a_node_and_deploys_from_the_catalog(
         page.click("button:has-text('Create deployment')")
         expect(page.locator("h1")).to_contain_text("r1-distill-qwen-1-5b-910b-64g", timeout=30_000)
 
-        def dispatched():
+        def ready():
             reconcile()  # what celery beat runs in production
             r = Replica.objects.select_related("node").first()
-            return r if r and r.node_id and r.state not in ("pending", "scheduled") else None
+            return r if r and r.state == "ready" else None
 
-        replica = wait_for(dispatched, 60, interval=1.0, message="the replica to be dispatched")
-        assert replica.node.name == "sim-journey" and replica.state != "ready"
+        replica = wait_for(ready, 90, interval=1.0, message="the simulated replica to be ready")
+        assert replica.node.name == "sim-journey" and replica.pid is None  # no process at all
+        assert replica.state_reason.startswith("SIMULATED")
         page.reload()
-        row = page.locator("text=sim-journey").first
-        expect(row).to_be_visible()
-        if replica.state in ("failed", "crash-loop"):  # the reason is on the page, not hidden
-            assert replica.state_reason
-            expect(page.locator("main")).to_contain_text(replica.state_reason[:40])
+        card = page.locator("[data-testid=replica]").first
+        expect(card.get_by_role("link", name="sim-journey")).to_be_visible()
+        expect(card.locator("[data-testid=replica-simulated]")).to_be_visible()
+        expect(card.locator("[data-testid=timeline]")).to_contain_text("loading → ready")
         shot(page, "journey-4-deployment-dispatched")
     except AssertionError:
         print("--- page ---\n", page.locator("main").inner_text()[:3000])
@@ -162,13 +155,10 @@ def test_admin_enrols_a_node_and_deploys_from_the_catalog(
         agent.stop()
 
 
-def failed_replica(name: str, node: Node, log: str, port: int = 8100) -> Incident:
+def failed_replica(name: str, node: Node, log: str) -> Incident:
     """A replica whose engine report says it failed, with a real captured log tail: the
     console's own report path opens (and diagnoses) the incident."""
-    dep = Deployment.objects.create(name=name, model_path=f"/models/{name}", served_model_name=name)
-    replica = Replica.objects.create(
-        deployment=dep, index=0, node=node, port=port, state="starting", generation=1
-    )
+    replica = make_replica(make_deployment(name), node=node, state="starting", generation=1)
     apply_report(
         {
             "node": node.name,
@@ -189,7 +179,7 @@ def test_on_call_works_an_incident_from_the_queue(page, live_server):
     make_user("otto", "operator")
     node = make_node("kp-oncall", npus=4)
     first = failed_replica("r1-7b", node, "err-model-missing.log")
-    second = failed_replica("r1-14b", node, "err-port-in-use.log", port=8101)
+    second = failed_replica("r1-14b", node, "err-port-in-use.log")
     sign_in(page, live_server, "otto")
     page.goto(f"{live_server.url}/incidents/")
     rows = page.locator("table[data-incident-queue] tbody tr")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,16 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO
-from tests.helpers import wait_for
+from tests.kit import REPO, free_port, wait_for
 
 pytestmark = pytest.mark.worker
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def answers(url: str) -> bool:

@@ -18,11 +18,12 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from console.accounts.models import AuditEntry
-from console.deployments.models import Deployment, NpuAllocation, Replica
+from console.deployments.models import NpuAllocation
 from console.diagnosis.models import Incident
 from console.hot import get_redis
 from console.inventory.models import Accelerator, Node
 from console.telemetry import services as telemetry
+from tests.kit import make_deployment, make_replica
 from workers.contracts import Heartbeat
 
 PAGES = [
@@ -71,10 +72,10 @@ def add_fleet(rows: int) -> None:
             Accelerator(node=node, npu_id=i, model_name="910B3", hbm_total_mb=65536, health="OK")
             for i in range(2)
         )
-        dep = Deployment.objects.create(
-            name=f"qc-dep-{n:03d}", model_path="/m", served_model_name=f"m{n}", pinned_node=node
+        dep = make_deployment(
+            f"qc-dep-{n:03d}", model_path="/m", served_model_name=f"m{n}", pinned_node=node
         )
-        rep = Replica.objects.create(deployment=dep, index=0, node=node, port=8100, state="ready")
+        rep = make_replica(dep, node=node)
         NpuAllocation.objects.create(accelerator=accs[0], replica=rep)
         for kind, extra in (
             ("engine.oom", {"replica": rep}),

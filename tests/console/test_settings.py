@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.kit import REPO
 
 
 def run_check(**env_overrides: str) -> subprocess.CompletedProcess:

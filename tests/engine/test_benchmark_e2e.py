@@ -11,9 +11,8 @@ import re
 import pytest
 
 from console.benchmarks.models import BenchmarkRun
-from console.deployments.models import Deployment, Replica
-from tests.factories import make_node
-from tests.helpers import client_for, make_user, wait_for
+from tests.helpers import client_for, make_user
+from tests.kit import make_deployment, make_node, wait_for
 
 pytestmark = [
     pytest.mark.engine,
@@ -26,18 +25,17 @@ def test_benchmark_a_real_replica_stores_and_charts_results(
     tiny_server, console_worker, live_server, request
 ):
     admin = make_user("ada", "admin")
-    node = make_node("cpu-bench", address="127.0.0.1")
-    dep = Deployment.objects.create(
-        name="tiny",
+    make_deployment(
+        "tiny",
         model_path=str(tiny_server.cmd[tiny_server.cmd.index("--model") + 1]),
         served_model_name="tiny",
         device="cpu",
         max_model_len=256,
         enforce_eager=True,
-        replicas=1,
         desired_state="running",
+        node=make_node("cpu-bench", address="127.0.0.1"),
+        ports=[tiny_server.port],
     )
-    Replica.objects.create(deployment=dep, index=0, node=node, port=tiny_server.port, state="ready")
     client = client_for(admin)
     resp = client.post(
         "/api/v1/deployments/tiny/benchmarks",

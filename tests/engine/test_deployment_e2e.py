@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import socket
-import sys
 import urllib.error
 import urllib.request
 
@@ -22,33 +21,12 @@ from console.deployments.reconcile import reconcile
 from console.diagnosis.models import Incident
 from console.inventory.enrollment import create_enrollment_token
 from console.inventory.models import Node
-from tests.conftest import Proc, child_env
 from tests.engine_support.vllm_server import DTYPE
-from tests.helpers import client_for, wait_for
+from tests.helpers import client_for
+from tests.kit import post_deployment, start_agent, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.worker]
 NODE = "cpu-e2e"
-
-
-def start_agent(redis_url, token, tmp_path, engine_python, name=NODE, argv_prefix=(), **env):
-    """A real host agent process; `env` adds/overrides NPU_AGENT_* settings; argv_prefix wraps
-    its command (e.g. in a mount namespace)."""
-    env = child_env(
-        redis_url,
-        **{
-            "NPU_AGENT_ENROLL_TOKEN": token,
-            "NPU_AGENT_HEARTBEAT_S": "1",
-            "NPU_AGENT_BROKER_URL": redis_url,
-            "NPU_AGENT_STATE_DIR": str(tmp_path / "agent-state"),
-            "NPU_AGENT_ENGINE_PYTHON": str(engine_python),
-            **env,
-        },
-    )
-    return Proc(
-        [*argv_prefix, sys.executable, "-m", "workers", "agent", "--node-name", name],
-        env,
-        tmp_path / f"agent-{len(list(tmp_path.glob('agent-*.log')))}.log",
-    )
 
 
 def replica_in(
@@ -127,7 +105,7 @@ def test_deploy_serve_crash_restart_readopt_and_stop(
     console_worker, redis_url, admin_user, tmp_path, engine_python, tiny_model
 ):
     _, token = create_enrollment_token(actor=Actor(user=admin_user, name="ada"), name="e2e")
-    agent = start_agent(redis_url, token, tmp_path, engine_python)
+    agent = start_agent(redis_url, token, tmp_path, name=NODE, engine_python=engine_python)
     try:
         wait_for(
             lambda: Node.objects.filter(name=NODE, status="online").exists(),
@@ -135,8 +113,8 @@ def test_deploy_serve_crash_restart_readopt_and_stop(
             message="the node online",
         )
         client = client_for(admin_user)
-        resp = client.post(
-            "/api/v1/deployments",
+        resp = post_deployment(
+            client,
             {
                 "name": "tiny",
                 "model_path": str(tiny_model),
@@ -149,7 +127,6 @@ def test_deploy_serve_crash_restart_readopt_and_stop(
                 "replicas": 1,
                 "desired_state": "running",
             },
-            content_type="application/json",
         )
         assert resp.status_code == 201, resp.content
         assert resp.json()["model_info"]["architecture"] == "LlamaForCausalLM"  # read by the agent
@@ -196,7 +173,7 @@ def test_deploy_serve_crash_restart_readopt_and_stop(
         assert psutil.pid_exists(serving_pid)
         for prompt in ("def add(", "class A:"):  # served with no agent at all
             assert complete(replica, prompt)["choices"][0]["text"]
-        agent = start_agent(redis_url, token, tmp_path, engine_python)
+        agent = start_agent(redis_url, token, tmp_path, name=NODE, engine_python=engine_python)
         wait_for(lambda: "re-adopted 1 engine" in agent.output(), 60, message="re-adoption")
         engines = [
             p
@@ -243,7 +220,7 @@ def test_a_port_another_program_holds_is_never_given_to_the_engine(
     way it is taken): the agent reports it, the scheduler skips it — or, if the start raced
     the report, the refused start is placed again — and the replica gets ready elsewhere."""
     _, token = create_enrollment_token(actor=Actor(user=admin_user, name="ada"), name="e2e")
-    agent = start_agent(redis_url, token, tmp_path, engine_python, name="cpu-port")
+    agent = start_agent(redis_url, token, tmp_path, name="cpu-port", engine_python=engine_python)
     blocker = socket.socket()
     # SO_REUSEADDR as vLLM binds: without it a connection of an earlier test's engine still in
     # TIME_WAIT on this port makes our bind fail while vLLM's would succeed (CI saw exactly that).
@@ -261,8 +238,8 @@ def test_a_port_another_program_holds_is_never_given_to_the_engine(
             60,
             message="the node to register",
         )
-        resp = client_for(admin_user).post(
-            "/api/v1/deployments",
+        resp = post_deployment(
+            client_for(admin_user),
             {
                 "name": "tiny-port",
                 "model_path": str(tiny_model),
@@ -273,7 +250,6 @@ def test_a_port_another_program_holds_is_never_given_to_the_engine(
                 "pinned_node": "cpu-port",
                 "desired_state": "running",
             },
-            content_type="application/json",
         )
         assert resp.status_code == 201, resp.content
         replica = replica_in("ready", 240, "the replica to be ready on a free port")

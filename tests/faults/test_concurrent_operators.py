@@ -22,8 +22,8 @@ from console.deployments.models import HOLDS_NPUS, Deployment, NpuAllocation, Re
 from console.deployments.reconcile import reconcile
 from console.inventory.models import Node
 from console.inventory.services import transition_node
-from tests.factories import make_node
-from tests.helpers import client_for, make_user, wait_for
+from tests.helpers import client_for, make_user
+from tests.kit import make_deployment, make_node, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
 
@@ -58,8 +58,8 @@ def at_once(*jobs: Callable[[], object]) -> list[object]:
 
 
 def npu_deployment(name: str, replicas: int) -> Deployment:
-    return Deployment.objects.create(
-        name=name,
+    return make_deployment(
+        name,
         model_path="/models/m",
         served_model_name="m",
         device="npu",

@@ -9,7 +9,6 @@ Promise: docs/faults.md "Database connection lost".
 
 from __future__ import annotations
 
-import socket
 import sys
 import urllib.error
 import urllib.request
@@ -18,16 +17,10 @@ import psycopg
 import pytest
 from django.db import connection
 
-from tests.conftest import Proc, child_env
-from tests.helpers import client_for, wait_for
+from tests.helpers import client_for
+from tests.kit import Proc, child_env, free_port, wait_for
 
 pytestmark = [pytest.mark.faults]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url: str, cookie: str):

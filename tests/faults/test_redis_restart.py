@@ -20,9 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.engine.test_deployment_e2e import start_agent
-from tests.helpers import wait_for
-from tests.workers.engine.helpers import free_port, install_fake_vllm
+from tests.kit import free_port, install_as_vllm, start_agent, wait_for
 from workers import channel
 from workers.contracts import EngineSpec, Tasks
 
@@ -126,9 +124,10 @@ def test_a_start_queued_across_redis_restarts_runs_exactly_once(tmp_path, model_
             redis.url,
             "not-enrolled",
             tmp_path,
-            sys.executable,
-            NODE,
-            PYTHONPATH=str(install_fake_vllm(tmp_path / "fake-vllm")),
+            name=NODE,
+            engine_python=sys.executable,
+            state_dir=tmp_path / "agent-state",  # where the identity was saved above
+            PYTHONPATH=str(install_as_vllm(tmp_path / "fake-vllm")),
             NPU_AGENT_ENGINE_PROBE_S="1",
         )
         wait_for(lambda: f"[{first}] done" in agent.output(), 60, message="the start")

@@ -15,7 +15,7 @@ from hashlib import sha256
 
 from console.accounts.models import AuditEntry
 from console.deployments.engines import metrics_key
-from console.deployments.models import Deployment, Replica, ReplicaEvent
+from console.deployments.models import Replica, ReplicaEvent
 from console.diagnosis.models import Incident
 from console.hot import get_redis
 from console.inventory.heartbeats import engines_key
@@ -23,6 +23,7 @@ from console.inventory.inbox import REFUSALS_KEY, SEQ_KEY, Inbox
 from console.inventory.models import Node, NodeCheckRun
 from console.logs.models import LogLine
 from console.telemetry.services import latest_key
+from tests.kit import make_deployment, make_replica
 from tests.node_support import enroll_node, sealed
 from workers import channel
 from workers.contracts import Tasks
@@ -176,19 +177,15 @@ def make_fleet() -> Fleet:
     assert outcome == {"ok": 2}, outcome
     node_a, node_b = Node.objects.get(name=a.node), Node.objects.get(name=b.node)
     assert node_a.status == "online" and node_a.address == "10.1.0.1"
-    dep = Deployment.objects.create(
-        name=f"dep-{suffix}",
+    dep = make_deployment(
+        f"dep-{suffix}",
         model_path="/models/m",
         served_model_name="m",
         device="npu",
         desired_state="running",
     )
-    replica = Replica.objects.create(
-        deployment=dep, index=0, node=node_a, port=8000, state="ready", generation=3, pid=4242
-    )
-    replica_b = Replica.objects.create(
-        deployment=dep, index=1, node=node_b, port=8000, state="ready", generation=3, pid=4343
-    )
+    replica = make_replica(dep, node=node_a, generation=3, pid=4242)
+    replica_b = make_replica(dep, node=node_b, generation=3, pid=4343)
     run = NodeCheckRun.objects.create(node=node_a, requested_by="ada")
     for pk in (replica.pk, replica_b.pk):  # ids come back after a rollback; Redis keeps keys
         get_redis().delete(metrics_key(pk), f"npc:engine-applied:{pk}", f"npc:engine-series:{pk}")

@@ -25,8 +25,8 @@ from django.utils import timezone
 
 from console.accounts.models import ApiToken
 from console.accounts.services import Actor, create_token, revoke_token
-from tests.factories import make_node
 from tests.helpers import make_user
+from tests.kit import make_deployment, make_node, make_replica
 
 pytestmark = pytest.mark.security
 
@@ -134,15 +134,14 @@ class World:
 
 
 def make_world(owner) -> World:
-    from console.deployments.models import Deployment, Replica
     from console.diagnosis.models import Incident
     from console.inventory.enrollment import create_enrollment_token
 
     node = make_node("kp-01", npus=2)
-    dep = Deployment.objects.create(
-        name="dep-1", model_path="/models/tiny", served_model_name="tiny", device="cpu"
+    dep = make_deployment(
+        "dep-1", model_path="/models/tiny", served_model_name="tiny", device="cpu"
     )
-    replica = Replica.objects.create(deployment=dep, index=0, node=node, port=8123)
+    replica = make_replica(dep, node=node, state="pending")
     incident = Incident.objects.create(
         category="engine", title="engine crashed", fingerprint="fp-1", node=node, replica=replica
     )
@@ -175,6 +174,7 @@ def filler(world: World, route: str, param: str) -> str:
     values = {
         "accelerator_id": world.accelerator.pk,
         "replica_id": world.replica.pk,
+        "inspection_id": world.node.model_inspections.get_or_create(path="/models/tiny")[0].pk,
         "incident_id": world.incident.pk,
         "run_id": world.benchmark_run.pk if world.benchmark_run else None,
         "action": "stop",

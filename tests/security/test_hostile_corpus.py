@@ -23,8 +23,8 @@ from django.apps import apps
 from pydantic import ValidationError
 
 from console.accounts.services import Actor, create_token
-from tests.factories import make_node
 from tests.helpers import make_user
+from tests.kit import make_node, make_replica
 from workers.contracts import EngineSpec
 from workers.engine.argv import build_argv, build_env
 
@@ -82,7 +82,7 @@ def deployment_cases() -> list[dict]:
             "max_model_len",
             "max_num_seqs",
             "gpu_memory_utilization",
-            "swap_space",
+            "max_num_batched_tokens",
             "block_size",
             "npus_per_replica",
         ):
@@ -224,13 +224,12 @@ def other_inputs(node_acc: int, incident: int, replica: int) -> list[tuple[str, 
 def test_every_other_input_refuses_or_stores_inert_text(admin_api):
     from urllib.parse import quote
 
-    from console.deployments.models import Replica
+    from console.deployments.models import Deployment
     from console.diagnosis.models import Incident
 
     send(admin_api, "POST", "/api/v1/deployments", base_deployment())
-    replica = Replica.objects.create(
-        deployment_id=admin_api.get("/api/v1/deployments/dep-1").json()["id"], index=0
-    )
+    dep = Deployment.objects.get(pk=admin_api.get("/api/v1/deployments/dep-1").json()["id"])
+    replica = make_replica(dep, state="pending")
     incident = Incident.objects.create(category="engine", title="t", fingerprint="fp")
     acc = make_node("kp-02", npus=1).accelerators.get().pk
     for method, path, body in other_inputs(acc, incident.pk, replica.pk):

@@ -404,7 +404,7 @@ def test_a_reported_address_never_becomes_another_node_address(fleet):
     b = Node.objects.get(pk=f.node_b.pk)
     assert b.address == "10.2.0.2" and b.pending_address in {"", "10.1.0.1"}
     replica = Replica.objects.select_related("node", "deployment").get(pk=f.replica.pk)
-    assert replica.base_url == "http://10.1.0.1:8000"
+    assert replica.base_url == f"http://10.1.0.1:{f.replica.port}"
     assert Node.objects.filter(address__contains="evil").count() == 0
     assert Node.objects.filter(pending_address__contains="evil").count() == 0
 

@@ -15,7 +15,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,6 +30,7 @@ from console.accounts.services import Actor
 from console.inventory.enrollment import issue_enrollment_token
 from console.inventory.identity import handle_enrollment, revoke_credential
 from console.inventory.inbox import Consumer
+from tests.kit import free_port
 from workers import channel
 from workers.contracts import CONSOLE_QUEUE, JOBS_QUEUE
 
@@ -43,12 +43,6 @@ def _unavailable(reason: str):
     if os.environ.get("NPU_REQUIRE_REDIS_ACL"):
         pytest.fail(f"{reason}, and NPU_REQUIRE_REDIS_ACL is set")
     pytest.skip(reason)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +59,7 @@ def redis7_port():
     proc = None
     try:
         for _ in range(5):  # a port taken between choosing and binding it: try another
-            port = _free_port()
+            port = free_port()
             argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir)]
             argv += ["--save", "", "--appendonly", "no", "--requirepass", CONSOLE_PASSWORD]
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

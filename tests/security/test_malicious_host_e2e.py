@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from console.accounts.services import Actor
-from console.deployments.models import Deployment, Replica
+from console.deployments.models import Replica
 from console.diagnosis.models import Incident
 from console.inventory.commands import send_command
 from console.inventory.enrollment import create_enrollment_token
@@ -28,8 +28,7 @@ from console.inventory.heartbeats import SEEN_KEY
 from console.inventory.identity import node_key
 from console.inventory.models import Node, NodeCredential
 from console.logs.models import LogLine
-from tests.console.inventory.test_heartbeat_e2e import start_agent
-from tests.helpers import wait_for
+from tests.kit import make_deployment, make_replica, start_agent, wait_for
 from tests.node_support import sealed
 from tests.security.hostile_hosts import (
     YEAR_2099,
@@ -112,7 +111,9 @@ def test_a_host_with_redis_and_another_racks_token_finds_nothing_to_change(
     _, rack_b = create_enrollment_token(actor=admin, name="rack b", node_pattern="rack-*")
     attacker = redis.Redis.from_url(redis_url)
     watcher = Watcher(redis_url)
-    agent = start_agent(redis_url, rack_a, tmp_path, a_name)
+    agent = start_agent(
+        redis_url, rack_a, tmp_path, name=a_name, simulated=True, state_dir=tmp_path / "agent"
+    )
     try:
         node = wait_for(
             lambda: Node.objects.filter(name=a_name, status="online").first(),
@@ -120,12 +121,10 @@ def test_a_host_with_redis_and_another_racks_token_finds_nothing_to_change(
             message="the agent to enroll and beat",
         )
         wait_for(lambda: node.check_runs.exists(), 30, message="the agent-start checks")
-        dep = Deployment.objects.create(
-            name=f"dep-{suffix}", model_path="/models/m", served_model_name="m", device="npu"
+        dep = make_deployment(
+            f"dep-{suffix}", model_path="/models/m", served_model_name="m", device="npu"
         )
-        replica = Replica.objects.create(
-            deployment=dep, index=0, node=node, port=8000, state="ready", generation=3, pid=77
-        )
+        replica = make_replica(dep, node=node, generation=3, pid=77)
         # The attacker enrolls itself the normal way with its own rack's token.
         b = channel.request_enrollment(
             attacker, node=b_name, raw_token=rack_b, agent_version="0.2.0", timeout=20

@@ -53,6 +53,8 @@ class NpuChip:
     logic_id: int | None = None
     device_id: int | None = None  # the 310-family "Device" column (device logic id)
     vendor: str = "huawei"
+    numa_node: int | None = None  # the NUMA node it is attached to (accelerators/numa.py)
+    cpu_affinity: str | None = None  # the CPUs local to it, a kernel CPU list
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, JSON-serialisable."""

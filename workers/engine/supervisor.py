@@ -4,7 +4,9 @@ Like supervisor/circus: each engine leads its own process group; it is "ready" o
 passing health probe; a stop is SIGTERM to the group, then SIGKILL after a grace period; logs
 go to size-bounded files; after `restart_max` quick crashes it gives up (crash-loop).
 Engines outlive the agent by design: `shutdown()` stops watching, not the engines, and the
-next agent's `adopt()` takes them over from their state files.
+next agent's `adopt()` takes them over from their state files. An agent whose NPUs are
+simulated gets a `SimulatedRunner` in the real runner's place (simulated.py): the same phases,
+reports, state file and log, and no process.
 
 Thread safety: every public method may be called from any thread (Celery runs tasks in a
 thread pool). Operations on one replica are serialised by that replica's lock; the monitor
@@ -24,12 +26,12 @@ from typing import Any
 
 from workers.config import engine_host_from_env
 from workers.contracts import STATUS_TEXT_MAX_CHARS, EnginePhase, EngineReport, EngineSpec, clip
-from workers.engine.adoption import adopt
 from workers.engine.argv import DEFAULT_SET_ENV
 from workers.engine.logs import LOG_KEEP, LOG_MAX_BYTES, latest_log, read_log, replica_dir
 from workers.engine.logs import space_problem as logs_space_problem
 from workers.engine.policy import HANG_AFTER_S, HEALTH_FAILURES
 from workers.engine.runner import Runner, Settings
+from workers.engine.simulated import SimulatedRunner
 from workers.engine.state import Engine, all_state_dirs, load_state, remove_state
 
 log = logging.getLogger("workers.engine")
@@ -46,6 +48,9 @@ class Supervisor:
     NPU engines bind to instead of their spec's host (AgentConfig.engine_host); None = read
     NPU_AGENT_ENGINE_HOST from base_env, unset there = the spec's host. CPU engines (tests,
     demos) keep their spec's host: the console reaches them on loopback.
+    simulated: simulate the engines instead of running them (workers/engine/simulated.py: no
+    process, every report labelled SIMULATED), for agents whose NPUs are simulated only;
+    simulated_phase_s: seconds in starting and loading there (its PHASE_S by default).
     """
 
     def __init__(
@@ -70,31 +75,35 @@ class Supervisor:
         log_keep: int = LOG_KEEP,
         port_free_timeout_s: float = 10.0,
         engine_host: str | None = None,
+        simulated: bool = False,
+        simulated_phase_s: Mapping[str, float] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         base_env = dict(os.environ if base_env is None else base_env)
         self.engine_host = engine_host or engine_host_from_env(base_env)
         self.node = node
         self.probe_interval_s = probe_interval_s
-        self._runner = Runner(
-            Settings(
-                node=node,
-                report=report,
-                python=python,
-                base_env=base_env,
-                cann_env=cann_env,
-                set_env_path=set_env_path,
-                phase_timeouts={**DEFAULT_PHASE_TIMEOUTS, **(phase_timeouts or {})},
-                stop_grace_s=stop_grace_s,
-                backoff_base_s=backoff_base_s,
-                backoff_max_s=backoff_max_s,
-                probe_timeout_s=probe_timeout_s or min(2.0, max(0.5, probe_interval_s)),
-                hang_after_s=hang_after_s,
-                health_failures=health_failures,
-                log_max_bytes=log_max_bytes,
-                log_keep=log_keep,
-                port_free_timeout_s=port_free_timeout_s,
-            )
+        settings = Settings(
+            node=node,
+            report=report,
+            python=python,
+            base_env=base_env,
+            cann_env=cann_env,
+            set_env_path=set_env_path,
+            phase_timeouts={**DEFAULT_PHASE_TIMEOUTS, **(phase_timeouts or {})},
+            stop_grace_s=stop_grace_s,
+            backoff_base_s=backoff_base_s,
+            backoff_max_s=backoff_max_s,
+            probe_timeout_s=probe_timeout_s or min(2.0, max(0.5, probe_interval_s)),
+            hang_after_s=hang_after_s,
+            health_failures=health_failures,
+            log_max_bytes=log_max_bytes,
+            log_keep=log_keep,
+            port_free_timeout_s=port_free_timeout_s,
+        )
+        self.simulated = simulated
+        self._runner = (
+            SimulatedRunner(settings, simulated_phase_s) if simulated else Runner(settings)
         )
         self._engines: dict[int, Engine] = {}
         self._locks: dict[int, threading.RLock] = {}
@@ -155,7 +164,7 @@ class Supervisor:
             with self._lock_for(engine.replica_id):
                 if engine.replica_id in self._engines:
                     continue
-                adopt(self._runner, engine)
+                self._runner.adopt(engine)
                 with self._guard:
                     self._engines[engine.replica_id] = engine
                 reports.append(engine.report(self.node))

@@ -15,9 +15,8 @@ from console.accounts.models import AuditEntry
 from console.benchmarks import services
 from console.benchmarks.models import BenchmarkRun
 from console.deployments.models import engine_api_key
-from tests.console.benchmarks.conftest import make_deployment
-from tests.console.gateway.fake_openai import refused_port
-from tests.helpers import wait_for
+from tests.console.benchmarks.conftest import BENCH
+from tests.kit import closed_port, make_deployment, make_node, make_replica, wait_for
 
 GOOD = {"prompt_tokens": 16, "output_tokens": 4, "concurrency": 2, "duration_s": 1}
 
@@ -75,10 +74,24 @@ def test_bad_params_are_422_naming_the_field(operator_client, deployment, change
 
 
 def test_no_ready_replica_is_409_and_unknown_deployment_404(operator_client, db):
-    make_deployment("cold", port=8100, ready=False)
+    cold = make_deployment("cold", **BENCH)
+    make_replica(cold, node=make_node("cold-node"), state="loading")
     resp = post(operator_client, "cold", GOOD)
     assert resp.status_code == 409 and "no ready replica" in resp.json()["message"]
     assert post(operator_client, "nope", GOOD).status_code == 404
+
+
+def test_replicas_on_simulated_nodes_are_not_loaded(operator_client, deployment):
+    """A simulated engine (make demo) reports ready with nothing on its port: a run does not
+    count it as a target, and a deployment with only those is a 409 that says so."""
+    from console.deployments.models import Replica
+    from console.inventory.models import Node
+
+    Node.objects.filter(replicas__deployment=deployment).update(simulated=True)
+    assert services.ready_replicas(deployment) == []
+    resp = post(operator_client, "tiny", GOOD)
+    assert resp.status_code == 409 and "SIMULATED" in resp.json()["message"]
+    assert Replica.objects.filter(deployment=deployment, state="ready").exists()
 
 
 def test_a_second_run_while_one_is_active_is_409(operator_client, deployment):
@@ -92,7 +105,7 @@ def test_execute_runs_the_load_and_stores_results(operator_client, deployment, f
     assert services.execute_run(run_id) == "succeeded"
     run = BenchmarkRun.objects.get(pk=run_id)
     assert run.status == "succeeded" and run.finished_at and run.started_at
-    assert run.requests == fake_engine.requests > 0 and run.errors == 0
+    assert run.requests == len(fake_engine.requests) > 0 and run.errors == 0
     assert run.ttft_p50_ms >= 50 and run.itl_p50_ms >= 10 and run.output_tokens_per_s > 0
     assert run.targets[0]["url"] == f"http://127.0.0.1:{fake_engine.port}"
     key = engine_api_key(deployment.replica_set.get().pk)
@@ -105,7 +118,7 @@ def test_execute_runs_the_load_and_stores_results(operator_client, deployment, f
 
 
 def test_a_run_where_every_request_fails_is_failed_with_the_reason(operator_client, db):
-    make_deployment("dead", port=refused_port())  # nothing listens there
+    make_deployment("dead", ports=[closed_port()], **BENCH)  # nothing listens there
     run_id = post(operator_client, "dead", GOOD).json()["id"]
     assert services.execute_run(run_id) == "failed"
     run = BenchmarkRun.objects.get(pk=run_id)
@@ -126,7 +139,7 @@ def test_cancel_a_queued_run_then_again_is_409(operator_client, deployment):
 def test_cancel_stops_a_running_run_within_seconds(operator, fake_engine):
     from tests.helpers import client_for
 
-    make_deployment(port=fake_engine.port)
+    make_deployment("tiny", ports=[fake_engine.port], **BENCH)
     client = client_for(operator)
     run_id = post(client, "tiny", {**GOOD, "duration_s": 60}).json()["id"]
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from console.benchmarks.runner import LoadParams, LoadRun
-from tests.console.benchmarks.fake_openai import FakeEngine
+from tests.kit import FakeEngine, closed_port
 
 
 def run_to_end(params: LoadParams, urls: list[str], timeout: float = 30) -> LoadRun:
@@ -33,7 +33,7 @@ def test_closed_loop_measures_ttft_itl_and_e2e_from_the_stream():
     assert r["output_tokens_total"] == 8 * r["requests"]
     assert r["req_per_s"] == pytest.approx(r["requests"] / r["duration_measured_s"], rel=0.01)
     assert r["prompt_tokens_mean"] == 40  # /tokenize said 2 tokens a word: 20 words asked
-    body = engine.bodies[0]
+    body = engine.requests[0]
     assert body["stream"] and body["ignore_eos"] and body["max_tokens"] == 8
     assert body["stream_options"] == {"include_usage": True} and body["model"] == "m"
 
@@ -68,9 +68,9 @@ def test_open_loop_sends_at_the_asked_rate_whatever_the_answers():
             model="m", prompt_tokens=4, output_tokens=2, duration_s=2, request_rate=20, seed=7
         )
         run = run_to_end(params, [engine.url])
-    assert 20 <= engine.requests <= 65  # Poisson around 40
+    assert 20 <= len(engine.requests) <= 65  # Poisson around 40
     assert engine.max_in_flight >= 3  # a closed loop of 1 would never overlap
-    assert run.recorder.results()["requests"] == engine.requests
+    assert run.recorder.results()["requests"] == len(engine.requests)
 
 
 def test_errors_are_counted_with_a_sample_and_do_not_stop_the_run():
@@ -80,7 +80,7 @@ def test_errors_are_counted_with_a_sample_and_do_not_stop_the_run():
         )
         run = run_to_end(params, [engine.url])
     r = run.recorder.results()
-    assert r["errors"] == engine.requests // 3 and r["requests"] > r["errors"] > 0
+    assert r["errors"] == len(engine.requests) // 3 and r["requests"] > r["errors"] > 0
     assert any("HTTP 500" in e for e in r["error_samples"])
 
 
@@ -97,7 +97,7 @@ def test_max_requests_ends_the_run_early_and_targets_take_turns():
         started = time.monotonic()
         run = run_to_end(params, [one.url, two.url])
     assert time.monotonic() - started < 20
-    assert run.recorder.results()["requests"] == 6 and one.requests == two.requests == 3
+    assert run.recorder.results()["requests"] == 6 and len(one.requests) == len(two.requests) == 3
 
 
 def test_stop_cuts_off_requests_in_flight_at_once():
@@ -117,7 +117,7 @@ def test_stop_cuts_off_requests_in_flight_at_once():
 
 def test_an_unreachable_target_is_errors_not_a_crash():
     params = LoadParams(model="m", prompt_tokens=4, output_tokens=2, duration_s=1, concurrency=1)
-    run = run_to_end(params, ["http://127.0.0.1:9"])  # discard port: connection refused
+    run = run_to_end(params, [f"http://127.0.0.1:{closed_port()}"])  # connection refused
     r = run.recorder.results()
     assert r["requests"] == 0 and r["errors"] > 0 and "ConnectError" in r["error_samples"][0]
 

@@ -11,9 +11,8 @@ import pytest
 from console.accounts.services import Actor
 from console.benchmarks import services
 from console.benchmarks.models import BenchmarkRun
-from tests.console.benchmarks.conftest import make_deployment
-from tests.console.benchmarks.fake_openai import FakeEngine
-from tests.helpers import wait_for
+from tests.console.benchmarks.conftest import BENCH
+from tests.kit import FakeEngine, make_deployment, wait_for
 
 pytestmark = pytest.mark.worker
 PARAMS = {"prompt_tokens": 8, "output_tokens": 4, "concurrency": 2, "request_rate": None}
@@ -28,7 +27,7 @@ def test_worker_runs_it_with_live_progress_and_a_killed_worker_fails_it(
 ):
     actor = Actor(user=operator, name="otto")
     with FakeEngine(ttft_s=0.05, itl_s=0.05) as engine:
-        make_deployment(port=engine.port)
+        make_deployment("tiny", ports=[engine.port], **BENCH)
         run = services.start_run(actor=actor, deployment="tiny", params={**PARAMS, "duration_s": 4})
         live = wait_for(
             lambda: (r := status_of(run.pk)).status == "running" and r.requests > 0 and r,
@@ -42,7 +41,7 @@ def test_worker_runs_it_with_live_progress_and_a_killed_worker_fails_it(
             message="the run to end",
         )
         assert done.status == "succeeded", (done.reason, console_worker.output()[-3000:])
-        assert done.requests == engine.requests and done.ttft_p50_ms >= 50
+        assert done.requests == len(engine.requests) and done.ttft_p50_ms >= 50
 
         second = services.start_run(
             actor=actor, deployment="tiny", params={**PARAMS, "duration_s": 120}

@@ -72,6 +72,7 @@ def test_replica_log_is_read_from_its_host(viewer_client, operator, fake_inspect
     from console.accounts.services import Actor
     from console.deployments import services
     from console.deployments.models import Replica
+    from console.deployments.schemas import DeploymentIn
 
     node = make_node("kp-01", npus=8)
     actor = Actor(user=operator, name="otto")
@@ -90,13 +91,12 @@ def test_replica_log_is_read_from_its_host(viewer_client, operator, fake_inspect
         reschedule_on_node_loss=False,
         model_label="",
         block_size=None,
-        swap_space=None,
         max_num_seqs=None,
         max_num_batched_tokens=None,
         enforce_eager=False,
         trust_remote_code=False,
     )
-    dep = services.create_deployment(actor=actor, name="d1", spec=spec, pinned_node=None)
+    dep = services.create_deployment(actor=actor, payload=DeploymentIn(name="d1", **spec))
     replica = Replica.objects.create(deployment=dep, index=0, node=node, port=8100, state="ready")
     sent = []
 

@@ -12,6 +12,7 @@ from console.accounts.services import Actor
 from console.deployments import services
 from console.deployments.models import Replica
 from console.deployments.reconcile import reconcile, repair_from_heartbeats
+from console.deployments.schemas import DeploymentIn
 from console.hot import get_redis
 from console.inventory.heartbeats import engines_key
 from tests.console.deployments.test_scheduling import SPEC
@@ -46,7 +47,7 @@ def test_bad_engine_entries_in_redis_are_skipped_and_the_good_one_applied(
     make_node("b", npus=4)
     actor = Actor(user=operator, name="otto")
     services.create_deployment(
-        actor=actor, name="d1", spec={**SPEC, "replicas": 1}, pinned_node="a"
+        actor=actor, payload=DeploymentIn(name="d1", pinned_node="a", **SPEC | {"replicas": 1})
     )
     services.set_desired(actor=actor, name="d1", state="running")
     reconcile()

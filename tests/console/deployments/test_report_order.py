@@ -9,6 +9,7 @@ from console.deployments import services
 from console.deployments.engines import apply_report
 from console.deployments.models import Replica
 from console.deployments.reconcile import reconcile
+from console.deployments.schemas import DeploymentIn
 from tests.console.deployments.test_scheduling import SPEC
 from tests.factories import make_node
 
@@ -34,7 +35,7 @@ def test_back_to_back_reports_from_a_host_whose_clock_is_behind_both_apply(
     actor = Actor(user=operator, name="otto")
     make_node("a", npus=4)
     services.create_deployment(
-        actor=actor, name="d1", spec=dict(SPEC, replicas=1), pinned_node=None
+        actor=actor, payload=DeploymentIn(name="d1", **SPEC | {"replicas": 1})
     )
     services.set_desired(actor=actor, name="d1", state="running")
     reconcile()

@@ -13,6 +13,7 @@ from console.deployments import services
 from console.deployments.engines import apply_report
 from console.deployments.models import NpuAllocation, Replica, ReplicaEvent, engine_api_key
 from console.deployments.reconcile import reconcile
+from console.deployments.schemas import DeploymentIn
 from console.inventory.models import Accelerator
 from tests.factories import make_node
 
@@ -29,7 +30,6 @@ SPEC = {
     "max_num_batched_tokens": None,
     "gpu_memory_utilization": 0.9,
     "block_size": 128,
-    "swap_space": None,
     "enforce_eager": False,
     "quantization": "",
     "trust_remote_code": False,
@@ -62,9 +62,7 @@ def no_dispatch(monkeypatch):
 
 
 def deploy(actor, name="d1", **spec):
-    return services.create_deployment(
-        actor=actor, name=name, spec={**SPEC, **spec}, pinned_node=None
-    )
+    return services.create_deployment(actor=actor, payload=DeploymentIn(name=name, **SPEC | spec))
 
 
 def running(actor, replicas=1, npus=8, **spec):
@@ -363,8 +361,7 @@ def test_an_update_keeps_a_stop_committed_while_it_was_validating(actor, fake_in
     dep = services.update_deployment(
         actor=actor,
         name="d1",
-        spec={**SPEC, "replicas": 1, "max_model_len": 2048},
-        pinned_node=None,
+        payload=DeploymentIn(name="d1", **SPEC | {"replicas": 1, "max_model_len": 2048}),
         inspect=slow_inspect,
     )
     dep.refresh_from_db()

@@ -13,13 +13,13 @@ import pytest
 from console.accounts.models import AuditEntry
 from console.accounts.services import Actor
 from console.deployments import engines
-from console.deployments.models import Deployment, Replica
+from console.deployments.models import Replica
 from console.diagnosis import incidents, webhooks
 from console.diagnosis.models import Incident, IncidentStatus
 from console.diagnosis.tasks import send_webhook
 from console.errors import Conflict, Forbidden, Invalid
 from console.inventory import heartbeats
-from tests.factories import make_node
+from tests.kit import closed_port, make_deployment, make_node, make_replica
 from workers.contracts import LOG_TAIL_MAX_LINES, EngineReport
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "engine"
@@ -27,8 +27,8 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "engine"
 
 def _replica(name="d1", index=0):
     node = make_node(npus=2)
-    dep = Deployment.objects.create(name=name, model_path="/models/x", served_model_name="x")
-    return Replica.objects.create(deployment=dep, index=index, node=node, port=8100, state="failed")
+    dep = make_deployment(name, model_path="/models/x", served_model_name="x")
+    return make_replica(dep, node=node, index=index, state="failed")
 
 
 def _report(replica, log="err-port-in-use.log", **fields) -> EngineReport:
@@ -244,7 +244,7 @@ def test_webhook_retries_after_a_500(receiver):
 def test_webhook_connection_error_is_retryable(monkeypatch, db):
     replica = _replica()
     incident = incidents.open_incident_for_replica(replica, _report(replica))
-    monkeypatch.setenv("INCIDENT_WEBHOOK_URL", "http://127.0.0.1:9/nothing-listens")
+    monkeypatch.setenv("INCIDENT_WEBHOOK_URL", f"http://127.0.0.1:{closed_port()}/nothing-listens")
     with pytest.raises(webhooks.RetryableError):
         webhooks.deliver(incident.pk, "opened")
 

@@ -14,28 +14,21 @@ from django.utils import timezone
 from console.accounts.models import ApiToken
 from console.accounts.services import Actor, create_token
 from console.deployments.engines import metrics_key
-from console.deployments.models import Deployment, Replica, engine_api_key
+from console.deployments.models import Replica, engine_api_key
 from console.hot import get_redis
-from tests.console.gateway.fake_openai import FakeReplica, counted, refused_port
-from tests.factories import make_node
-from tests.helpers import make_user, wait_for
+from tests.console.gateway.support import counted
+from tests.helpers import make_user
+from tests.kit import FakeEngine, closed_port, make_deployment, make_node, make_replica, wait_for
 
 pytestmark = pytest.mark.worker
 
 
 def deploy(name: str, model: str, ports: list[int]) -> list[Replica]:
-    node = make_node(f"{name}-node")
-    dep = Deployment.objects.create(
-        name=name,
-        model_path="/models/x",
-        served_model_name=model,
-        device="cpu",
-        replicas=len(ports),
+    """A CPU deployment serving `model` with one ready replica per port (on <name>-node)."""
+    dep = make_deployment(
+        name, model_path="/models/x", served_model_name=model, device="cpu", ports=ports
     )
-    return [
-        Replica.objects.create(deployment=dep, index=i, node=node, port=p, state="ready")
-        for i, p in enumerate(ports)
-    ]
+    return list(dep.replica_set.all())
 
 
 def token_for(user, **kw) -> tuple[ApiToken, str]:
@@ -55,7 +48,7 @@ def call(web, raw: str | None, path: str, body: dict | None = None, **kw) -> htt
 
 
 def test_tokens_and_model_access(console_web, alice):
-    with FakeReplica("a") as a, FakeReplica("b") as b:
+    with FakeEngine(name="a") as a, FakeEngine(name="b") as b:
         deploy("dep-a", "model-a", [a.port])
         (b_replica,) = deploy("dep-b", "model-b", [b.port])
         _, any_model = token_for(alice)
@@ -118,10 +111,33 @@ def test_bad_requests_are_openai_errors_not_5xx(console_web, alice):
     assert huge.status_code == 413
 
 
+def test_a_model_served_only_on_simulated_nodes_is_a_clear_503_at_once(console_web, alice):
+    """A simulated replica (make demo) reports ready, but nothing serves its port: the gateway
+    does not try it (no connect timeout, no other program on that port) and says why."""
+    _, raw = token_for(alice)
+    with FakeEngine(name="squatter") as squatter:  # what else may listen on a shared demo host
+        node = make_node("demo-sim", address="127.0.0.1", simulated=True)
+        make_deployment(
+            "dep-sim",
+            model_path="/models/x",
+            served_model_name="model-sim",
+            device="cpu",
+            node=node,
+            ports=[squatter.port],
+        )
+        resp = call(console_web, raw, "/v1/completions", {"model": "model-sim", "prompt": "x"})
+        assert resp.status_code == 503, resp.text
+        assert resp.json()["error"]["code"] == "simulated_replicas_only"
+        assert "SIMULATED" in resp.json()["error"]["message"]
+        assert resp.elapsed.total_seconds() < 3  # answered, not a connect timeout
+        assert squatter.requests == []
+        assert call(console_web, raw, "/v1/models").json()["data"] == []
+
+
 def test_failover_before_the_first_byte(console_web, alice):
     _, raw = token_for(alice)
-    with FakeReplica("busy", status=503) as busy, FakeReplica("good") as good:
-        deploy("dep-f", "model-f", [refused_port(), busy.port, good.port])
+    with FakeEngine(name="busy", status=503) as busy, FakeEngine(name="good") as good:
+        deploy("dep-f", "model-f", [closed_port(), busy.port, good.port])
         for _ in range(4):
             resp = call(console_web, raw, "/v1/completions", {"model": "model-f", "prompt": "x"})
             assert resp.status_code == 200, resp.text
@@ -135,12 +151,12 @@ def test_a_node_address_that_is_no_ip_address_gives_no_upstream(console_web, ali
     """The SSRF of issue 12: with string formatting, this address made the upstream URL
     http://127.0.0.1:<fake>/v1/completions?x=:<port>, so the request reached the fake."""
     _, raw = token_for(alice)
-    with FakeReplica("target") as target:
+    with FakeEngine(name="target") as target:
         node = make_node("evil-node", address=f"127.0.0.1:{target.port}/v1/completions?x=")
-        dep = Deployment.objects.create(
-            name="dep-npu", model_path="/models/x", served_model_name="model-n", device="npu"
+        dep = make_deployment(
+            "dep-npu", model_path="/models/x", served_model_name="model-n", device="npu"
         )
-        Replica.objects.create(deployment=dep, index=0, node=node, port=8100, state="ready")
+        make_replica(dep, node=node)
         resp = call(console_web, raw, "/v1/completions", {"model": "model-n", "prompt": "x"})
         assert resp.status_code == 503, resp.text
         assert target.requests == []
@@ -148,7 +164,7 @@ def test_a_node_address_that_is_no_ip_address_gives_no_upstream(console_web, ali
 
 def test_all_replicas_refusing_is_a_503_naming_them(console_web, alice):
     _, raw = token_for(alice)
-    deploy("dep-dead", "model-dead", [refused_port(), refused_port()])
+    deploy("dep-dead", "model-dead", [closed_port(), closed_port()])
     resp = call(console_web, raw, "/v1/completions", {"model": "model-dead", "prompt": "x"})
     assert resp.status_code == 503
     assert "dep-dead/0" in resp.json()["error"]["message"]
@@ -157,7 +173,7 @@ def test_all_replicas_refusing_is_a_503_naming_them(console_web, alice):
 
 def test_least_loaded_replica_by_scraped_metrics(console_web, alice):
     _, raw = token_for(alice)
-    with FakeReplica("a") as a, FakeReplica("b") as b:
+    with FakeEngine(name="a") as a, FakeEngine(name="b") as b:
         ra, rb = deploy("dep-l", "model-l", [a.port, b.port])
         redis = get_redis()
         redis.set(
@@ -173,7 +189,7 @@ def test_least_loaded_replica_by_scraped_metrics(console_web, alice):
 
 def test_streaming_is_relayed_as_it_arrives_and_usage_counted(console_web, alice):
     token, raw = token_for(alice)
-    with FakeReplica("s", events=5) as s:
+    with FakeEngine(name="s", tokens=5, prompt_tokens=5) as s:
         deploy("dep-s", "model-s", [s.port])
         s.hold.clear()  # the replica sends one chunk, then waits
         body = {"model": "model-s", "prompt": "x", "stream": True}
@@ -215,7 +231,7 @@ def test_streaming_is_relayed_as_it_arrives_and_usage_counted(console_web, alice
 
 def test_client_disconnect_reaches_the_replica(console_web, alice):
     _, raw = token_for(alice)
-    with FakeReplica("slow", events=-1, delay_s=0.05) as slow:
+    with FakeEngine(name="slow", tokens=-1, itl_s=0.05) as slow:
         deploy("dep-d", "model-d", [slow.port])
         with httpx.stream(
             "POST",
@@ -232,7 +248,7 @@ def test_client_disconnect_reaches_the_replica(console_web, alice):
 
 def test_usage_page_and_api(console_web, alice, client):
     token, raw = token_for(alice)
-    with FakeReplica("u") as u:
+    with FakeEngine(name="u") as u:
         deploy("dep-u", "model-u", [u.port])
         for _ in range(3):
             call(console_web, raw, "/v1/completions", {"model": "model-u", "prompt": "x"})

@@ -8,7 +8,7 @@ from console.deployments.engines import engine_metrics, metrics_key
 from console.deployments.models import Deployment, Replica
 from console.gateway.routing import _read_table, scraped_load
 from console.hot import get_redis
-from tests.factories import make_node
+from tests.kit import make_deployment, make_node, make_replica
 
 pytestmark = pytest.mark.django_db
 
@@ -27,13 +27,10 @@ PLANTED = [
 @pytest.fixture
 def replicas(redis_url):
     node = make_node("gw-node", address="")
-    dep = Deployment.objects.create(
-        name="dep-bad", model_path="/models/x", served_model_name="model-bad", device="cpu"
+    dep = make_deployment(
+        "dep-bad", model_path="/models/x", served_model_name="model-bad", device="cpu"
     )
-    made = [
-        Replica.objects.create(deployment=dep, index=i, node=node, port=9000 + i, state="ready")
-        for i in range(len(PLANTED))
-    ]
+    made = [make_replica(dep, node=node) for _ in PLANTED]
     r = get_redis()
     for replica, raw in zip(made, PLANTED, strict=True):
         r.set(metrics_key(replica.pk), raw, ex=60)
@@ -65,3 +62,18 @@ def test_engine_metrics_keep_only_numbers(replicas):
 )
 def test_scraped_load_of_nonsense_is_zero(metrics):
     assert scraped_load(metrics) == 0.0
+
+
+def test_replicas_on_simulated_nodes_are_never_upstreams(redis_url):
+    """Their engines are simulated by the agent (workers/engine/simulated.py): nothing listens
+    on their ports, so they are left out, and a model served only there is named as such."""
+    sim = make_node("demo-sim", simulated=True)
+    real = make_node("kp-real")
+    both = Deployment.objects.create(name="both", model_path="/m", served_model_name="m-both")
+    only = Deployment.objects.create(name="only", model_path="/m", served_model_name="m-sim")
+    Replica.objects.create(deployment=both, index=0, node=sim, port=9100, state="ready")
+    kept = Replica.objects.create(deployment=both, index=1, node=real, port=9101, state="ready")
+    Replica.objects.create(deployment=only, index=0, node=sim, port=9102, state="ready")
+    table = _read_table()
+    assert [up.replica_id for up in table.by_model["m-both"]] == [kept.pk]
+    assert "m-sim" not in table.by_model and table.simulated_only == {"m-sim"}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from console.accounts.services import Actor
@@ -11,29 +9,16 @@ from console.inventory.checks import request_checks
 from console.inventory.enrollment import create_enrollment_token
 from console.inventory.heartbeats import mark_offline
 from console.inventory.models import Node, NodeCheckRun
-from tests.conftest import Proc, child_env
-from tests.helpers import wait_for
+from tests.kit import start_agent, wait_for
 
 pytestmark = pytest.mark.worker
-
-
-def start_agent(redis_url, token, tmp_path, name="sim-e2e"):
-    env = child_env(
-        redis_url,
-        NPU_AGENT_ENROLL_TOKEN=token,
-        NPU_AGENT_HEARTBEAT_S="1",
-        NPU_AGENT_BROKER_URL=redis_url,
-        NPU_AGENT_STATE_DIR=str(tmp_path / "agent"),
-    )
-    argv = [sys.executable, "-m", "workers", "agent", "--simulated", "--node-name", name]
-    return Proc(argv, env, tmp_path / f"agent-{name}.log")
 
 
 def test_agent_registers_reports_checks_goes_offline_and_comes_back(
     console_worker, redis_url, admin_user, tmp_path, settings
 ):
     _, raw = create_enrollment_token(actor=Actor(user=admin_user, name="ada"), name="e2e")
-    agent = start_agent(redis_url, raw, tmp_path)
+    agent = start_agent(redis_url, raw, tmp_path, name="sim-e2e", simulated=True)
     try:
         node = wait_for(
             lambda: Node.objects.filter(name="sim-e2e", simulated=True, status="online").first(),
@@ -69,7 +54,7 @@ def test_agent_registers_reports_checks_goes_offline_and_comes_back(
             interval=0.5,
             message="offline detection",
         )
-        agent = start_agent(redis_url, raw, tmp_path)
+        agent = start_agent(redis_url, raw, tmp_path, name="sim-e2e", simulated=True)
         wait_for(
             lambda: Node.objects.get(name="sim-e2e").status == "online", 60, message="back online"
         )

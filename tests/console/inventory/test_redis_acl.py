@@ -8,7 +8,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,7 @@ from redis.exceptions import NoPermissionError, RedisError
 from redis.retry import Retry
 
 from console.inventory import redis_acl
+from tests.kit import free_port
 
 pytestmark = pytest.mark.security
 
@@ -41,17 +41,11 @@ def _unavailable(reason: str):
     pytest.skip(reason)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(binary: str, workdir: Path) -> tuple[subprocess.Popen, int]:
     """redis-server on a free loopback port with the console's password. A port taken between
     choosing and binding it makes the server exit: then another port is tried."""
     for _ in range(5):
-        port = _free_port()
+        port = free_port()
         log = open(workdir / f"redis-{port}.log", "wb")  # noqa: SIM115 - closed below
         argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir)]
         argv += ["--save", "", "--appendonly", "no", "--requirepass", CONSOLE_PASSWORD]

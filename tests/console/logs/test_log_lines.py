@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from console.deployments.models import Deployment, Replica
 from console.logs import services
 from console.logs.models import LogLine
 from console.logs.tasks import purge
-from tests.factories import make_node
+from tests.kit import make_deployment, make_node, make_replica
 
 
 def log_lines(payload: dict) -> int:
@@ -22,8 +21,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def replica():
     node = make_node("kp-01", npus=1)
-    dep = Deployment.objects.create(name="d1", model_path="/models/x", served_model_name="x")
-    return Replica.objects.create(deployment=dep, index=0, node=node, port=8100, state="ready")
+    dep = make_deployment("d1", model_path="/models/x", served_model_name="x")
+    return make_replica(dep, node=node)
 
 
 def batch(replica, lines, first=1, run=1, generation=1, **extra):

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.workers.engine.helpers import Reports, free_port, install_fake_vllm
+from tests.kit import free_port, install_as_vllm
+from tests.workers.engine.helpers import Reports
 from workers.contracts import EngineSpec
 from workers.engine.supervisor import Supervisor
 
@@ -28,8 +29,9 @@ def redis_url() -> None:
 
 @pytest.fixture
 def fake_vllm(tmp_path: Path) -> Path:
-    """A directory that makes `python -m vllm.entrypoints.openai.api_server` the fake."""
-    return install_fake_vllm(tmp_path / "fake-vllm")
+    """A directory that makes `python -m vllm.entrypoints.openai.api_server` the kit's fake
+    engine (tests/kit/fake_engine.py)."""
+    return install_as_vllm(tmp_path / "fake-vllm")
 
 
 @pytest.fixture

@@ -2,45 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
-import socket
 import threading
-import time
-from collections.abc import Callable
-from pathlib import Path
 
 import psutil
 
+from tests.kit import free_port, wait_for
 from workers.contracts import EngineReport
 
-
-def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition"):
-    """Poll predicate until truthy; fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
-def install_fake_vllm(root: Path) -> Path:
-    """Make `python -m vllm.entrypoints.openai.api_server` run fake_vllm_server.py for a
-    python whose PYTHONPATH holds `root`. Returns root."""
-    package = root / "vllm" / "entrypoints" / "openai"
-    package.mkdir(parents=True)
-    for directory in (root / "vllm", root / "vllm" / "entrypoints", package):
-        (directory / "__init__.py").write_text("")
-    shutil.copy(Path(__file__).with_name("fake_vllm_server.py"), package / "api_server.py")
-    return root
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+__all__ = ["Reports", "alive", "free_port", "wait_for"]  # free_port, wait_for: the kit's
 
 
 def alive(pid: int) -> bool:

@@ -43,7 +43,8 @@ def make_spec(**fields) -> EngineSpec:
 
 
 def test_minimal_argv_has_only_the_required_flags():
-    assert build_argv(make_spec(), "/venv/bin/python") == [
+    """On CPU: the NPU-only memory share (a row of workers/engine_settings.py) is left out."""
+    assert build_argv(make_spec(device="cpu"), "/venv/bin/python") == [
         "/venv/bin/python",
         "-m",
         "vllm.entrypoints.openai.api_server",
@@ -69,7 +70,6 @@ def test_optional_flags_appear_when_set_then_extra_args():
         max_num_batched_tokens=8192,
         gpu_memory_utilization=0.9,
         block_size=128,
-        swap_space=4.0,
         enforce_eager=True,
         quantization="ascend",
         trust_remote_code=True,
@@ -79,10 +79,15 @@ def test_optional_flags_appear_when_set_then_extra_args():
     assert tail == [
         "--pipeline-parallel-size", "2", "--dtype", "bfloat16", "--max-model-len", "4096",
         "--max-num-seqs", "64", "--max-num-batched-tokens", "8192",
-        "--gpu-memory-utilization", "0.9", "--block-size", "128", "--swap-space", "4",
+        "--gpu-memory-utilization", "0.9", "--block-size", "128",
         "--enforce-eager", "--quantization", "ascend", "--trust-remote-code", "--seed", "1",
     ]  # fmt: skip
     assert "--pipeline-parallel-size" not in build_argv(make_spec(pipeline_parallel_size=1), "py")
+
+
+def test_npu_engines_get_the_tables_memory_share_by_default():
+    argv = build_argv(make_spec(), "py")
+    assert argv[13:] == ["--gpu-memory-utilization", "0.9"]
 
 
 def test_npu_env_selects_the_spec_npus_and_keeps_only_allowed_variables():

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
+from types import SimpleNamespace
 
 import pytest
 
+from workers.contracts import InspectionReport, Tasks
+from workers.engine import inspect
 from workers.engine.inspect import inspect_model
 
 CONFIG = {
@@ -123,3 +127,87 @@ def test_missing_or_broken_config(tmp_path):
     assert "has no config.json" in inspect_model(str(tmp_path))["error"]
     (tmp_path / "config.json").write_text("{not json")
     assert "not valid JSON" in inspect_model(str(tmp_path))["error"]
+
+
+# --- the cache per (directory, fingerprint) -------------------------------------------------
+@pytest.fixture
+def reads(monkeypatch):
+    """How many times the directory was really read (not answered from the cache)."""
+    calls: list[str] = []
+    real = inspect._inspect
+
+    def counting(directory):
+        calls.append(str(directory))
+        return real(directory)
+
+    monkeypatch.setattr(inspect, "_inspect", counting)
+    inspect.clear_cache()
+    yield calls
+    inspect.clear_cache()
+
+
+def test_an_unchanged_model_is_answered_from_the_cache_with_its_fingerprint(model, reads):
+    first = inspect_model(str(model))
+    again = inspect_model(str(model))
+    assert reads == [str(model)] and again == first
+    assert len(first["fingerprint"]) == 32
+    newest = max(p.stat().st_mtime for p in [model, *model.iterdir()])
+    assert first["mtime"] == pytest.approx(newest, abs=1e-3)
+    again["weight_files"].clear()  # an answer handed out is a copy: the cache stays whole
+    assert inspect_model(str(model))["weight_files"] and len(reads) == 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(
+            lambda m: (m / "config.json").write_text(json.dumps({**CONFIG, "hidden_size": 128})),
+            id="config-rewritten",
+        ),
+        pytest.param(
+            lambda m: write_safetensors(m / "model-00002-of-00002.safetensors", {"a": [64, 64]}),
+            id="shard-rewritten",
+        ),
+        pytest.param(lambda m: (m / "model-00002-of-00002.safetensors").unlink(), id="removed"),
+        pytest.param(
+            lambda m: write_safetensors(m / "extra.safetensors", {"c": [8]}), id="shard-added"
+        ),
+        pytest.param(lambda m: os.utime(m / "config.json", ns=(1, 1)), id="same-size-other-mtime"),
+    ],
+)
+def test_a_changed_file_is_read_again(model, reads, change):
+    before = inspect_model(str(model))
+    change(model)
+    after = inspect_model(str(model))
+    assert len(reads) == 2 and after["fingerprint"] != before["fingerprint"]
+
+
+def test_a_refusal_is_cached_until_the_copy_changes(tmp_path, reads):
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    assert "no weight files" in inspect_model(str(tmp_path))["error"]
+    assert "no weight files" in inspect_model(str(tmp_path))["error"] and len(reads) == 1
+    write_safetensors(tmp_path / "model.safetensors", {"w": [4, 4]})  # the copy finished
+    assert inspect_model(str(tmp_path))["ok"] and len(reads) == 2
+
+
+def test_the_agent_answers_an_inspection_on_the_inbox(model):
+    """With an inspection id the answer goes to the console's inbox (the record it is for);
+    without one it is only the command's return value (the reply key)."""
+    from workers.agent import command_handlers
+
+    sent: list[tuple[str, dict]] = []
+    agent = SimpleNamespace(
+        config=SimpleNamespace(node_name="kp-01"),
+        send=lambda kind, body: sent.append((kind, body)),
+        rotate=None,
+    )
+    handler = command_handlers(agent)[Tasks.HOST_MODEL_INSPECT]
+    answer = handler(str(model), 12)
+    assert sent == [
+        (
+            Tasks.MODEL_INSPECTION,
+            {"node": "kp-01", "inspection_id": 12, "path": str(model), "result": answer},
+        )
+    ]
+    InspectionReport.model_validate(sent[0][1])  # what the console's inbox checks
+    assert handler(str(model))["ok"] and len(sent) == 1

@@ -1,64 +1,34 @@
-"""HTTP/TCP probes against a tiny in-process server, and against a closed port."""
+"""HTTP/TCP probes against the kit's fake engine (in-process), and against a closed port."""
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
-from tests.workers.engine.helpers import free_port
+from tests.kit import FakeEngine, closed_port
 from workers.engine.probes import port_accepts, probe_health, probe_models, scrape_metrics
-
-seen: dict[str, str | None] = {}  # path -> the Authorization header it came with
-
-
-class Handler(BaseHTTPRequestHandler):
-    health = 200
-
-    def do_GET(self):  # noqa: N802
-        seen[self.path] = self.headers.get("Authorization")
-        bodies = {
-            "/health": (Handler.health, b""),
-            "/v1/models": (200, json.dumps({"data": [{"id": "tiny"}]}).encode()),
-            "/metrics": (200, b'vllm:num_requests_waiting{engine="0"} 3\n'),
-        }
-        status, body = bodies.get(self.path, (404, b""))
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture
-def server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield httpd.server_address[1]
-    httpd.shutdown()
-    httpd.server_close()
-    Handler.health = 200
+def engine():
+    with FakeEngine(model="tiny", metrics='vllm:num_requests_waiting{engine="0"} 3\n') as fake:
+        yield fake
 
 
-def test_probes_of_a_serving_engine(server, monkeypatch):
-    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # must be ignored
-    assert port_accepts("127.0.0.1", server)
-    assert probe_health("0.0.0.0", server) == (True, "/health: HTTP 200")
-    assert probe_models("127.0.0.1", server, "tiny") == (True, "/v1/models lists tiny")
-    ok, detail = probe_models("127.0.0.1", server, "other")
+def test_probes_of_a_serving_engine(engine, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{closed_port()}")  # must be ignored
+    port = engine.port
+    assert port_accepts("127.0.0.1", port)
+    assert probe_health("0.0.0.0", port) == (True, "/health: HTTP 200")
+    assert probe_models("127.0.0.1", port, "tiny") == (True, "/v1/models lists tiny")
+    ok, detail = probe_models("127.0.0.1", port, "other")
     assert not ok and "does not list other (lists tiny)" in detail
-    assert scrape_metrics("127.0.0.1", server) == {"num_requests_waiting": 3.0}
-    Handler.health = 503
-    assert probe_health("127.0.0.1", server) == (False, "/health: HTTP 503")
+    assert scrape_metrics("127.0.0.1", port) == {"num_requests_waiting": 3.0}
+    engine.health = 503
+    assert probe_health("127.0.0.1", port) == (False, "/health: HTTP 503")
 
 
 def test_probes_of_a_closed_port_answer_without_raising():
-    port = free_port()
+    port = closed_port()
     assert not port_accepts("127.0.0.1", port, 0.5)
     ok, detail = probe_health("127.0.0.1", port, 0.5)
     assert not ok and detail.startswith("/health: no answer")
@@ -66,14 +36,14 @@ def test_probes_of_a_closed_port_answer_without_raising():
 
 
 @pytest.mark.security
-def test_probes_send_the_engine_key_and_only_when_given(server):
-    seen.clear()
-    assert probe_models("127.0.0.1", server, "tiny", api_key="replica-key-0123456789")[0]
-    assert probe_health("127.0.0.1", server, api_key="replica-key-0123456789")[0]
-    scrape_metrics("127.0.0.1", server, api_key="replica-key-0123456789")
-    assert seen == {
-        p: "Bearer replica-key-0123456789" for p in ("/v1/models", "/health", "/metrics")
+def test_probes_send_the_engine_key_and_only_when_given(engine):
+    port = engine.port
+    assert probe_models("127.0.0.1", port, "tiny", api_key="replica-key-0123456789")[0]
+    assert probe_health("127.0.0.1", port, api_key="replica-key-0123456789")[0]
+    scrape_metrics("127.0.0.1", port, api_key="replica-key-0123456789")
+    assert engine.auth == {
+        p: {"Bearer replica-key-0123456789"} for p in ("/v1/models", "/health", "/metrics")
     }
-    seen.clear()
-    probe_models("127.0.0.1", server, "tiny")
-    assert seen == {"/v1/models": None}
+    engine.forget()
+    probe_models("127.0.0.1", port, "tiny")
+    assert engine.auth == {"/v1/models": {None}}
