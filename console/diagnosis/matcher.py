@@ -277,9 +277,12 @@ def diagnose(
             hit.add(None, line)
         fired.append((rule, hit))
         categories.add(rule.rule.category)
-    # a rule written for this code, or matching the very lines it is on, says it better
-    ruled_codes = {code for rule, _ in fired for code in rule.rule.match.codes}
-    ruled_lines = {e.line for _, hit in fired for e in hit.evidence if e.line is not None}
+    # a rule written for this code, or matching the very lines it is on, says it better — unless
+    # that rule only names a symptom (an ERR00100 trailer, a traceback): a code on its line is
+    # still the more specific reading (a JSON error body puts the whole error on one line)
+    causes = [(rule, hit) for rule, hit in fired if rule.rule.category != SYMPTOM_CATEGORY]
+    ruled_codes = {code for rule, _ in causes for code in rule.rule.match.codes}
+    ruled_lines = {e.line for _, hit in causes for e in hit.evidence if e.line is not None}
     others: list[tuple[Diagnosis, _Hits]] = [
         (_from_code(entry, hit), hit)
         for entry, hit in scanned.codes.values()

@@ -23,18 +23,20 @@ VOCABULARY = Path(__file__).resolve().parent / "data" / "vocabulary.yaml"
 
 # The last line of a traceback: a dotted CamelCase class ending in Error/Exception/…, then ": ".
 # Logging prefixes come first ("(EngineCore pid=1) ERROR 05-01 12:00:00 [core.py:1] ValueError:
-# …"), so the class may follow a space, bracket or colon.
+# …"), so the class may follow any character that cannot be part of a dotted name: a space, a
+# bracket, a colon, a quote — or a full-width colon or CJK text ("报错如下：AttributeError: …").
 # A class without such an ending counts when it is module-qualified (huggingface_hub.utils.
 # OfflineModeIsEnabled: …). Pasted logs often quote it in backticks.
 EXCEPTION = (
-    r"(?:^|[\s\]\)>|:`'\"])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Timeout|Failure|"
+    r"(?:^|[^\w.])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Timeout|Failure|"
     r"NotFound)|(?:[a-z_]\w*\.)+[A-Z]\w*)(?:\([^)]{0,80}\))?(?::\s*(.*)|$)"
 )
 # An error line that is not a traceback's end: a log level or a failure word.
 ERROR_LINE = (
     r"(?:\bERROR\b|\[ERROR\]|\bFATAL\b|\bCRITICAL\b|\bE\d{4} |\b[EW][0-9A-Z]\d{4}[:\[]|"
     r"(?i:\bfailed\b|\bfailure\b|\berror:|\berror code\b|\bexception\b|errorstr|"
-    r"does not match|mismatch))"
+    r"does not match|mismatch|cannot open shared object|error while loading shared libraries|not supported|"
+    r"unsupported|does not support|can ?not be found|could not be found))"
 )
 
 

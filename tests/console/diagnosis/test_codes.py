@@ -131,3 +131,59 @@ def test_the_api_runs_within_a_time_limit(viewer_client, monkeypatch):
     )
     assert resp.status_code == 422 and resp.json()["field"] == "text"
     assert "took longer" in resp.json()["message"]
+
+
+def test_an_exception_is_read_after_full_width_punctuation_or_cjk_text():
+    # pasted from a Chinese issue: "the error is as follows：AttributeError: …"
+    found = diagnose("报错如下：AttributeError: module 'torch_npu' has no attribute 'npu_geglu'")
+    assert found and found[0].category == "version-mismatch"
+    assert found[0].rule == "words:python-environment:exception"
+
+
+@pytest.mark.parametrize(
+    ("line", "category"),
+    [
+        # the loader's own wording, with no ERROR level and no exception class
+        (
+            "npu-smi: error while loading shared libraries: libc_sec.so: cannot open shared "
+            "object file: No such file or directory",
+            "driver-missing",
+        ),
+        (
+            "The quantization method awq is not supported for the current GPU. Minimum "
+            "capability: 75. Current capability: 70.",
+            "op-unsupported",
+        ),
+        (
+            "Some link files (e.g. libascend_hal.so) can not be found and importing `torch_npu` "
+            "will raise `No such file or directory` error.",
+            "driver-missing",
+        ),
+    ],
+)
+def test_an_error_line_is_recognised_by_its_failure_words_without_a_log_level(line, category):
+    found = diagnose(line)
+    assert found and found[0].category == category and found[0].confidence == "low"
+
+
+def test_a_symptom_rule_on_the_same_line_does_not_hide_the_code_that_names_the_cause():
+    # one JSON error body: the ERR00100 trailer (a symptom rule) and EZ1001 share the line
+    line = (
+        'AssertionError: {"object":"error","message":"Internal server error: copy_d2d_baseformat'
+        "_opapi:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:88 NPU function error: call "
+        "aclnnInplaceCopy failed, error code is 161002\\n[ERROR] 2025-11-30-05:12:25 (PID:4346, "
+        "Device:0, RankID:-1) ERR00100 PTA call acl api failed.\\n[PID: 4346] AclNN_Parameter_Error"
+        '(EZ1001): The self tensor cannot be larger than 8 dimensions.\\n"}'
+    )
+    found = diagnose(line)
+    assert found[0].rule == "code:EZ1001" and found[0].category == "op-unsupported"
+    assert any(d.rule == "torch-npu-error-trailer" and d.symptom for d in found)
+
+
+def test_a_failed_stream_sync_alone_is_not_taken_for_a_kernel_fault():
+    text = (
+        "RuntimeError: ACL stream synchronize failed.\nEI9999: Inner Error!\nEI9999: The error "
+        "from device(chipId:3, dieId:0), serial number is 9, hccl fftsplus task timeout occurred "
+        "during task execution, stream_id:5"
+    )
+    assert diagnose(text)[0].category == "hccl-failure"
