@@ -158,7 +158,7 @@ class ChipTelemetry(BaseModel):
     # The NUMA node the chip is attached to and the CPUs local to it (sysfs by bus id, else
     # npu-smi info -t topo: workers/accelerators/numa.py); older agents send neither.
     numa_node: int | None = None
-    cpu_affinity: str | None = None
+    cpu_affinity: str | None = Field(None, max_length=CPULIST_MAX_CHARS)  # the agent drops longer
 
     # Values no NPU reports — NaN, infinities, negative or beyond 2^31 MB of memory — become
     # None rather than refusing the beat: one bad reading must neither blank the node nor
@@ -181,8 +181,7 @@ class ChipTelemetry(BaseModel):
     @field_validator("cpu_affinity")
     @classmethod
     def _cpu_list(cls, v: str | None) -> str | None:
-        ok = v is not None and len(v) <= CPULIST_MAX_CHARS and re.fullmatch(r"[0-9,-]+", v)
-        return v if ok else None
+        return v if v is not None and re.fullmatch(r"[0-9,-]+", v) else None
 
 
 class ProcessInfo(BaseModel):

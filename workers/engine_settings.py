@@ -119,6 +119,24 @@ class EngineSettings(BaseModel):
         shows=(FORM, DETAIL, LIST),
         vllm_default=1,
     )
+    data_parallel_size: int = setting(
+        1,
+        "--data-parallel-size",
+        "data parallel: copies of the attention layers, each with its own batch "
+        "(NPUs per replica = TP x PP x DP)",
+        label="DP",
+        ge=1,
+        le=64,
+        aliases=("-dp",),
+        shows=(FORM, DETAIL, LIST),
+        vllm_default=1,
+    )
+    enable_expert_parallel: bool = setting(
+        False,
+        "--enable-expert-parallel",
+        "MoE models: spread the experts over TP x DP NPUs instead of splitting each one",
+        label="expert parallel (MoE)",
+    )
     dtype: Dtype = setting(
         "auto",
         "--dtype",

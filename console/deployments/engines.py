@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from django.db import transaction
 from pydantic import ValidationError
 
-from console.deployments import scheduler
+from console.deployments import numa, scheduler
 from console.deployments.models import Replica, ReplicaState, engine_api_key
 from console.deployments.services import transition_replica
 from console.diagnosis.incidents import open_incident_for_replica
@@ -130,14 +130,28 @@ def build_spec(replica: Replica) -> EngineSpec:
         extra_args=list(dep.extra_args),
         extra_env=dict(dep.extra_env),
         api_key=engine_api_key(replica.pk),  # the engine refuses /v1 without it
+        numa_nodes=_numa_nodes(replica, chips),
     )
+
+
+def _numa_nodes(replica: Replica, chips: list) -> list[int]:
+    """The NUMA nodes the engine is bound to (cpu_binding "numa"), [] for none."""
+    dep = replica.deployment
+    if dep.cpu_binding != numa.NUMA or dep.device != "npu" or replica.node is None:
+        return []
+    return numa.replica_numa(replica.node, chips)[0]
 
 
 def dispatch_start(replica: Replica) -> None:
     """Start (or replace) the replica's engine once the transaction commits (a signed command
     for its node). Idempotent on the agent per generation."""
+    spec = build_spec(replica)
+    # no binding: the field is left out, so an agent that predates it takes the spec
+    unset = None if spec.numa_nodes else {"numa_nodes"}
     send_on_commit(
-        replica.node.name, Tasks.HOST_START_REPLICA, [build_spec(replica).model_dump(mode="json")]
+        replica.node.name,
+        Tasks.HOST_START_REPLICA,
+        [spec.model_dump(mode="json", exclude=unset)],
     )
 
 

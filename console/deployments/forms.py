@@ -18,6 +18,7 @@ TEXT_FIELDS = (
     "served_model_name",
     "device",
     "pinned_node",
+    "cpu_binding",
     "desired_state",
     *(r.name for r in _ROWS if r.kind is str),
 )

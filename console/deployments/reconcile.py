@@ -14,7 +14,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from console.deployments import scheduler
+from console.deployments import numa, scheduler
 from console.deployments.engines import dispatch_start, dispatch_stop
 from console.deployments.models import Deployment, DesiredState, Replica, ReplicaState
 from console.deployments.services import node_went_offline, transition_replica
@@ -146,10 +146,13 @@ def _schedule(dep: Deployment, replica: Replica, latest: dict) -> int:
             return 0
         npus = ",".join(str(a.npu_id) for a in placed.accelerators) or "none (CPU)"
         replica.node, replica.port = placed.node, placed.port
+        binding = ""
+        if dep.cpu_binding == numa.NUMA:  # the event says where it is bound, or why not
+            binding = "; " + numa.replica_numa(placed.node, placed.accelerators)[1]
         transition_replica(
             replica,
             S.SCHEDULED,
-            f"placed on {placed.node.name}, NPUs {npus}, port {placed.port}",
+            f"placed on {placed.node.name}, NPUs {npus}, port {placed.port}{binding}",
             generation=replica.generation + 1,
             spec_version=dep.spec_version,
         )

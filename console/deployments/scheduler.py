@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 
+from console.deployments import numa
 from console.deployments.models import HOLDS_NPUS, Deployment, NpuAllocation, Replica
 from console.inventory import ports
 from console.inventory.models import Accelerator, Health, Node, NodeStatus
@@ -97,6 +98,9 @@ def rank(
     for node in candidate_nodes(deployment):
         chips = sorted(free_chips(node, deployment), key=lambda c: _load(latest.get(node.name), c))
         if len(chips) >= need:
+            # bound to its NPUs' NUMA node: all of a replica's chips on one node when possible
+            if deployment.cpu_binding == numa.NUMA:
+                chips = numa.prefer_one_node(chips, need)
             options.append(
                 (
                     spread.get(node.pk, 0),

@@ -32,6 +32,9 @@ class Placement(StrictIn):
     npus_per_replica: int = Field(1, ge=1, le=16)
     npu_ids: list[int] = Field(default_factory=list, max_length=64)
     reschedule_on_node_loss: bool = False
+    cpu_binding: Literal["off", "numa"] = Field(
+        "off", description="numa: bind the engine's CPUs and memory to its NPUs' NUMA node(s)"
+    )
     desired_state: Literal["running", "stopped"] = "stopped"
 
 
@@ -114,6 +117,7 @@ class DeploymentOut(Schema, EngineSettings):
     npus_per_replica: int
     npu_ids: list[int]
     reschedule_on_node_loss: bool
+    cpu_binding: str
     desired_state: str
     spec_version: int
     model_info: dict

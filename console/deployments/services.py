@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from console.accounts.models import Role
 from console.accounts.services import Actor, check_role, record
+from console.deployments import numa
 from console.deployments import validation as v
 from console.deployments.estimate import estimate_memory
 from console.deployments.models import (
@@ -44,6 +45,7 @@ SPEC_FIELDS = (
     "npus_per_replica",
     "npu_ids",
     "reschedule_on_node_loss",
+    "cpu_binding",
 )
 
 
@@ -113,6 +115,7 @@ def check_spec(
     v.check_extra_env(spec.get("extra_env") or {})
     v.check_parallelism(spec)
     _check_explicit_npus(spec, deployment)
+    numa.check_binding(spec)
     node = inspect_node(spec)
     info = (inspect or inspect_model)(node, spec["model_path"])
     v.check_against_model(spec, info)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from console.errors import Invalid
 from workers import engine_settings
+from workers.engine.group import GROUP_FLAGS
 
 BLOCK_SIZES = (16, 32, 64, 128)
 ASCEND_BLOCK_SIZE = 128
@@ -55,6 +56,7 @@ MANAGED_FLAGS = {
     "--served-model-name": "served_model_name",
     "--host": "placement",
     "--port": "placement",
+    **dict.fromkeys(GROUP_FLAGS, "placement"),  # a multi-host replica's own (engine/group.py)
     **engine_settings.managed_flags(),
 }
 FLAGS_FILE = Path(__file__).with_name("vllm_serve_flags.txt")
@@ -180,17 +182,20 @@ def divisors_up_to(n: int, limit: int = 16) -> list[int]:
 
 
 def check_parallelism(spec: dict) -> None:
+    """The layout: a replica's NPUs are exactly TP x PP x DP (vLLM gives every data-parallel
+    rank its own TP x PP workers); CPU engines run one of each."""
     tp, pp, npus = (
         spec["tensor_parallel_size"],
         spec["pipeline_parallel_size"],
         spec["npus_per_replica"],
     )
-    if spec["device"] == "cpu" and tp * pp != 1:
-        raise Invalid("CPU engines run with TP 1 and PP 1", field="tensor_parallel_size")
-    if spec["device"] == "npu" and tp * pp != npus:
+    dp = spec.get("data_parallel_size") or 1
+    if spec["device"] == "cpu" and tp * pp * dp != 1:
+        raise Invalid("CPU engines run with TP 1, PP 1 and DP 1", field="tensor_parallel_size")
+    if spec["device"] == "npu" and tp * pp * dp != npus:
         raise Invalid(
-            f"TP x PP must equal the NPUs per replica: {tp} x {pp} = {tp * pp}, "
-            f"NPUs per replica = {npus}",
+            f"TP x PP x DP must equal the NPUs per replica: {tp} x {pp} x {dp} = "
+            f"{tp * pp * dp}, NPUs per replica = {npus}",
             field="tensor_parallel_size",
         )
     ids = spec.get("npu_ids") or []
@@ -205,7 +210,15 @@ def check_parallelism(spec: dict) -> None:
 
 
 def check_against_model(spec: dict, info: dict) -> None:
-    """TP divides the heads; max_model_len within the model's context."""
+    """TP divides the heads; max_model_len within the model's context; expert parallel only
+    for a model with experts (config.json's n_routed_experts / num_experts /
+    num_local_experts, as the agent reports them)."""
+    if spec.get("enable_expert_parallel") and info.get("num_experts") == 0:
+        raise Invalid(
+            f"expert parallel needs a mixture-of-experts model; {info.get('architecture') or 'this model'}"
+            " has no experts in its config.json",
+            field="enable_expert_parallel",
+        )
     tp = spec["tensor_parallel_size"]
     heads = int(info.get("num_attention_heads") or 0)
     kv_heads = int(info.get("num_key_value_heads") or heads)

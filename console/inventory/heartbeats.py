@@ -82,7 +82,18 @@ def _static_fields(hb: Heartbeat) -> dict:
         "telemetry_ok": hb.telemetry_ok,
         "telemetry_reason": hb.telemetry_reason or "",
         "log_error": hb.log_error or "",
+        "numa_nodes": numa_layout(host.numa_cpulists, host.numa_memory_mb),
     }
+
+
+def numa_layout(cpulists: dict[str, str], memory_mb: dict[str, int]) -> list[dict]:
+    """The host's NUMA layout as Node.numa_nodes stores it, by node id: what the agent read
+    under /sys/devices/system/node (keys "node<N>"; any other key is left out)."""
+    nodes = []
+    for key, cpus in cpulists.items():
+        if key.startswith("node") and key[4:].isdigit():
+            nodes.append({"node": int(key[4:]), "cpus": cpus, "memory_mb": memory_mb.get(key)})
+    return sorted(nodes, key=lambda n: n["node"])
 
 
 def check_address(hb: Heartbeat) -> None:
@@ -107,6 +118,7 @@ def _chip_inventory(hb: Heartbeat) -> list[dict]:
             "hbm_total_mb": c.hbm_total_mb,
             "memory_total_mb": c.memory_total_mb,
             "bus_id": c.bus_id or "",
+            "numa_node": c.numa_node,
         }
         for c in hb.chips
     ]

@@ -99,6 +99,11 @@ class Node(models.Model):
     software = models.JSONField(
         default=dict, blank=True, help_text="vllm, vllm-ascend, torch, torch-npu…"
     )
+    numa_nodes = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='the host\'s NUMA layout: [{"node": 0, "cpus": "0-23", "memory_mb": 128000}]',
+    )
     telemetry_ok = models.BooleanField(default=True)
     telemetry_reason = models.CharField(
         max_length=300, blank=True, help_text="why telemetry is degraded"
@@ -129,6 +134,11 @@ class Node(models.Model):
     @property
     def schedulable(self) -> bool:
         return self.status == NodeStatus.ONLINE
+
+    @property
+    def numa_node_ids(self) -> set[int]:
+        """The NUMA nodes the agent reported for this host (empty: not reported)."""
+        return {n["node"] for n in self.numa_nodes or [] if isinstance(n.get("node"), int)}
 
     @property
     def agent_skew(self) -> AgentSkew:
@@ -166,6 +176,9 @@ class Accelerator(models.Model):
     memory_total_mb = models.PositiveIntegerField(null=True, blank=True)
     health = models.CharField(max_length=16, choices=Health.choices, default=Health.UNKNOWN)
     bus_id = models.CharField(max_length=32, blank=True)
+    numa_node = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="the NUMA node it is attached to, as the agent read it"
+    )
     serial = models.CharField(max_length=64, blank=True)
     die_id = models.CharField(max_length=128, blank=True)
     isolated = models.BooleanField(default=False)

@@ -23,12 +23,21 @@ class AcceleratorOut(Schema):
     memory_total_mb: int | None
     health: str
     bus_id: str
+    numa_node: int | None = Field(
+        ..., description="the NUMA node the chip is attached to (sysfs or npu-smi -t topo)"
+    )
     serial: str
     die_id: str
     isolated: bool
     isolation_reason: str
     isolated_at: datetime | None
     last_seen: datetime | None
+
+
+class NumaNodeOut(Schema):
+    node: int
+    cpus: str = Field(..., description="kernel CPU list, e.g. 0-23,96-119")
+    memory_mb: int | None
 
 
 class NodeOut(Schema):
@@ -59,6 +68,7 @@ class NodeOut(Schema):
     telemetry_reason: str
     log_error: str
     accelerator_count: int
+    numa_nodes: list[NumaNodeOut] = Field(..., description="the host's NUMA layout")
 
     @staticmethod
     def resolve_accelerator_count(obj) -> int:

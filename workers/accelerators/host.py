@@ -17,6 +17,8 @@ import psutil
 
 from workers.contracts import MAX_LISTENING_PORTS, STATUS_TEXT_MAX_CHARS, clip
 
+from .numa import node_memory_mb
+
 # (CPU implementer, CPU part) of /proc/cpuinfo on ARM -> marketing name.
 ARM_CPUS = {("0x48", "0xd01"): "Kunpeng 920 (HiSilicon TSV110)"}
 _MB = 1024 * 1024
@@ -112,6 +114,7 @@ def host_metrics(paths: Iterable[str] = ("/",), root: str | Path = "/") -> dict[
         "disks": disk_usage(paths),
         "numa_node_count": len(numa),
         "numa_cpulists": numa,
+        "numa_memory_mb": node_memory_mb(root),
         "os": clip(os_pretty, 200) if os_pretty else os_pretty,
         "kernel": clip(platform.release(), 100),
         "listening_ports": listening_ports(),

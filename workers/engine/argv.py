@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from workers.contracts import EngineSpec
+from workers.engine.numa import numa_prefix
 from workers.engine_settings import settings_argv
 
 # `python -m vllm.entrypoints.openai.api_server` rather than the `vllm serve` console script:
@@ -65,11 +66,14 @@ _URL_PASSWORD = re.compile(r"(://[^/:@\s]*:)[^/@\s]+@")
 REDACTED = "***"
 
 
-def build_argv(spec: EngineSpec, python: str) -> list[str]:
+def build_argv(spec: EngineSpec, python: str, numactl: str | None = None) -> list[str]:
     """The engine command: the placement flags, then the engine settings derived from the one
     table (workers/engine_settings.py: each set only when it says so), then spec.extra_args
-    (already checked against vLLM's flags by the console)."""
-    argv = [python, "-m", VLLM_MODULE, "--model", spec.model_path]
+    (already checked against vLLM's flags by the console). With spec.numa_nodes, all of it
+    runs under `numactl --cpunodebind=N --membind=N` (`numactl`: its path, checked by
+    workers/engine/numa.py binding_refusal before a start)."""
+    argv = numa_prefix(spec.numa_nodes, numactl or "numactl")
+    argv += [python, "-m", VLLM_MODULE, "--model", spec.model_path]
     argv += ["--served-model-name", spec.served_model_name]
     argv += ["--host", spec.host, "--port", str(spec.port)]
     return argv + settings_argv(spec, spec.device) + list(spec.extra_args)

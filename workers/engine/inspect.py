@@ -99,10 +99,25 @@ def _config_fields(config: dict[str, Any]) -> dict[str, Any]:
     found["architectures"] = list(architectures) if isinstance(architectures, list) else []
     found["architecture"] = found["architectures"][0] if found["architectures"] else None
     found["torch_dtype"] = config.get("torch_dtype") or config.get("dtype") or text.get("dtype")
+    found["num_experts"] = _experts(config, text)
     quant = config.get("quantization_config")
     found["quantized"] = isinstance(quant, dict)
     found["quantization"] = quant.get("quant_method") if isinstance(quant, dict) else None
     return found
+
+
+# Where MoE configs name their routed experts: DeepSeek-V2/V3 (n_routed_experts), Qwen-MoE
+# and Qwen3-MoE (num_experts), Mixtral (num_local_experts).
+_EXPERT_FIELDS = ("n_routed_experts", "num_experts", "num_local_experts")
+
+
+def _experts(config: dict[str, Any], text: dict[str, Any]) -> int:
+    """Routed experts per MoE layer; 0 for a dense model."""
+    for name in _EXPERT_FIELDS:
+        value = config.get(name, text.get(name))
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
 
 
 def safetensors_params(path: Path) -> int:

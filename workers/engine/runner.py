@@ -33,7 +33,7 @@ from pathlib import Path
 
 from workers.contracts import EnginePhase as P
 from workers.contracts import EngineReport, EngineSpec
-from workers.engine import adoption, logs, probes, process
+from workers.engine import adoption, logs, numa, probes, process
 from workers.engine.argv import (
     DEFAULT_SET_ENV,
     build_argv,
@@ -149,7 +149,7 @@ class Runner:
             return f"port {spec.port} is already used by replica {ports_in_use[spec.port]}"
         if process.port_in_use(spec.host, spec.port):
             return f"port {spec.port} is already in use on this host (bind test on {spec.host})"
-        return None
+        return numa.binding_refusal(spec.numa_nodes, numactl=numa.find_numactl())
 
     def _cann(self, spec: EngineSpec) -> Mapping[str, str] | None:
         if spec.device != "npu":
@@ -173,7 +173,7 @@ class Runner:
         (e.g. no such interpreter) reports `failed` and returns False; nothing is left running."""
         engine.run = logs.next_run(engine.directory, engine.generation)
         engine.log_path = logs.run_log_path(engine.directory, engine.generation, engine.run)
-        argv = build_argv(engine.spec, self.s.python)
+        argv = build_argv(engine.spec, self.s.python, numa.find_numactl())
         env = build_env(engine.spec, self.s.base_env, self._cann(engine.spec))
         try:
             fd = logs.open_for_engine(engine.log_path)

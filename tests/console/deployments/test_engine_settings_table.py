@@ -112,3 +112,31 @@ def test_the_detail_page_shows_the_derived_flags(operator_client, node, fake_ins
     body = operator_client.get("/deployments/r1-7b/").content.decode()
     assert "--max-model-len 8192" in body and "--enforce-eager" in body
     assert "--block-size 128" in body
+
+
+def test_a_groups_own_flags_are_refused_in_extra_args(operator_client, node, fake_inspect):
+    """--headless, --data-parallel-address… are set by the console for a multi-host replica
+    (workers/engine/group.py), never typed."""
+    for flag in ("--headless", "--data-parallel-address=10.0.0.9", "--master-port"):
+        resp = operator_client.post(
+            "/api/v1/deployments", {**BASE, "extra_args": [flag]}, content_type="application/json"
+        )
+        assert resp.status_code == 422 and "placement" in resp.json()["message"], flag
+
+
+def test_expert_parallel_needs_a_model_with_experts(operator_client, node, fake_inspect):
+    fake_inspect["num_experts"] = 0  # the Qwen2-7B-like model is dense
+    resp = operator_client.post(
+        "/api/v1/deployments",
+        {**BASE, "enable_expert_parallel": True},
+        content_type="application/json",
+    )
+    assert resp.status_code == 422 and resp.json()["field"] == "enable_expert_parallel"
+    fake_inspect["num_experts"] = 64
+    resp = operator_client.post(
+        "/api/v1/deployments",
+        {**BASE, "enable_expert_parallel": True, "data_parallel_size": 2, "npus_per_replica": 2},
+        content_type="application/json",
+    )
+    assert resp.status_code == 201, resp.content
+    assert resp.json()["data_parallel_size"] == 2

@@ -44,7 +44,7 @@ def test_a_valid_spec_is_stored_with_its_estimate(operator_client, node, fake_in
     [
         ({"block_size": "16MB"}, "block_size", "counts tokens"),
         ({"block_size": 32768}, "block_size", "128"),
-        ({"tensor_parallel_size": 2}, "tensor_parallel_size", "TP x PP must equal"),
+        ({"tensor_parallel_size": 2}, "tensor_parallel_size", "TP x PP x DP must equal"),
         (
             {"tensor_parallel_size": 3, "npus_per_replica": 3},
             "tensor_parallel_size",

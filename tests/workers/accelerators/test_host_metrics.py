@@ -73,7 +73,7 @@ def test_host_metrics_keys_and_no_blocking(tmp_path) -> None:
     assert set(metrics) == {
         "hostname", "arch", "cpu_model", "cpu_cores", "cpu_percent", "load_avg",
         "memory_total_mb", "memory_used_mb", "disks", "numa_node_count", "numa_cpulists",
-        "os", "kernel", "listening_ports",
+        "numa_memory_mb", "os", "kernel", "listening_ports",
     }  # fmt: skip
     assert metrics["arch"] == platform.machine()
     assert metrics["cpu_model"] == "Kunpeng 920 (HiSilicon TSV110)"
