@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from workers.engine.group import GROUP_FLAGS, GroupSpec  # pydantic only (no cycle)
 from workers.engine_settings import EngineSettings
 
 CONSOLE_QUEUE = "console"
@@ -83,6 +84,10 @@ MAX_NUMA_NODES = 64  # a 4-socket Kunpeng 920 has 8
 MAX_NUMA_NODE = 1023  # a node id: the kernel has at most 1024 (NODES_SHIFT <= 10)
 CPULIST_MAX_CHARS = 4096  # a kernel CPU list ("0-23,96-119"); = HostInfo.numa_cpulists values
 MAX_LISTENING_PORTS = 4096  # TCP ports listening on the host, reported so engines avoid them
+MAX_INTERFACES = 64  # network interfaces in HostInfo.interfaces (a host has a dozen or two)
+MAX_INTERFACE_ADDRESSES = 16  # IP addresses per interface there
+IFNAME_MAX_CHARS = 15  # Linux IFNAMSIZ is 16 with the NUL
+IP_MAX_CHARS = 64  # an IPv6 address with a zone ("fe80::1%eth0") fits easily
 NAME_MAX_CHARS = 256  # chip and process names, health words, vendors: short in practice
 MAX_ID = 2**31 - 1  # ids, counts and megabytes stored in (positive) integer columns
 NODE_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
@@ -245,6 +250,16 @@ class HostInfo(BaseModel):
     listening_ports: list[Annotated[int, Field(ge=1024, le=65535)]] = Field(
         default_factory=list, max_length=MAX_LISTENING_PORTS
     )
+    # interface name -> its IPv4/IPv6 addresses (host.py interfaces()); the console finds the
+    # interface that carries a group member's address with workers.engine.group.interface_of
+    # (GLOO/TP/HCCL_SOCKET_IFNAME). Older agents send none.
+    interfaces: dict[
+        Annotated[str, Field(min_length=1, max_length=IFNAME_MAX_CHARS)],
+        Annotated[
+            list[Annotated[str, Field(max_length=IP_MAX_CHARS)]],
+            Field(max_length=MAX_INTERFACE_ADDRESSES),
+        ],
+    ] = Field(default_factory=dict, max_length=MAX_INTERFACES)
 
     @field_validator("address")
     @classmethod
@@ -366,6 +381,16 @@ class EngineSpec(EngineSettings):
     numa_nodes: list[Annotated[int, Field(ge=0, le=MAX_NUMA_NODE)]] = Field(
         default_factory=list, max_length=MAX_NUMA_NODES
     )
+    # One replica across several hosts (issue 15; workers/engine/group.py): this host's rank
+    # and the group's network. None: an ordinary single-host engine. The console leaves it out
+    # then, so an agent older than the field still takes a single-host spec.
+    group: GroupSpec | None = None
+
+    @property
+    def follower(self) -> bool:
+        """A group member other than the leader: headless, it serves no HTTP (no port to
+        check, probe or wait for; see workers/engine/runner.py)."""
+        return self.group is not None and not self.group.leader
 
     @field_validator("deployment")
     @classmethod
@@ -416,6 +441,22 @@ class EngineSpec(EngineSettings):
                 raise ValueError(f"extra_env: {name!r} may not be set for an engine")
             _no_nul(value, f"extra_env.{name}")
         return v
+
+    @model_validator(mode="after")
+    def _group_layout(self) -> EngineSpec:
+        """A member's flags must agree with its group: the same DP size on every member, and
+        no group flag from extra_args (the console refuses them too: validation.py)."""
+        if self.group is None:
+            return self
+        if self.data_parallel_size != self.group.data_parallel_size:
+            raise ValueError(
+                f"data_parallel_size {self.data_parallel_size} is not the group's "
+                f"{self.group.data_parallel_size}"
+            )
+        for i, arg in enumerate(self.extra_args):
+            if arg.split("=", 1)[0] in GROUP_FLAGS:
+                raise ValueError(f"extra_args.{i}: {arg.split('=', 1)[0]} comes from the group")
+        return self
 
 
 class EnginePhase:

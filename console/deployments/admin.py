@@ -6,6 +6,7 @@ from console.deployments.models import (
     NpuAllocation,
     Replica,
     ReplicaEvent,
+    ReplicaMember,
 )
 
 
@@ -21,6 +22,12 @@ class DeploymentAdmin(admin.ModelAdmin):
     ]
     list_filter = ["desired_state", "device"]
     search_fields = ["name", "served_model_name", "model_path"]
+
+
+@admin.register(ReplicaMember)
+class ReplicaMemberAdmin(admin.ModelAdmin):
+    list_display = ["replica", "rank", "node", "generation", "phase", "pid", "updated_at"]
+    readonly_fields = ["replica", "rank", "node", "generation", "phase", "reason", "pid"]
 
 
 @admin.register(Replica)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from django.db import transaction
 from pydantic import ValidationError
 
-from console.deployments import numa, scheduler
+from console.deployments import groups, numa, scheduler
 from console.deployments.models import Replica, ReplicaState, engine_api_key
 from console.deployments.services import transition_replica
 from console.diagnosis.incidents import open_incident_for_replica
@@ -107,18 +107,28 @@ def metrics_key(replica_id: int) -> str:
     return f"npc:engine:{replica_id}"
 
 
-def build_spec(replica: Replica) -> EngineSpec:
-    """The spec dispatched to the replica's agent. It carries the replica's engine key:
-    dispatch it, never show or log it (EngineSpec keeps it out of its repr)."""
+def build_spec(replica: Replica, member=None, leader=None) -> EngineSpec:
+    """The spec dispatched to the replica's agent (for a multi-host replica: to one member's,
+    with its place in the group). It carries the replica's engine key: dispatch it, never
+    show or log it (EngineSpec keeps it out of its repr)."""
     dep = replica.deployment
+    node = member.node if member is not None else replica.node
     chips = sorted(
-        (a.accelerator for a in replica.allocations.select_related("accelerator")),
+        (
+            a.accelerator
+            for a in replica.allocations.select_related("accelerator")
+            if node is None or a.accelerator.node_id == node.pk
+        ),
         key=lambda c: (c.npu_id, c.chip_id),
     )
+    group = {}
+    if member is not None:
+        # a member is never restarted alone: the console restarts the whole group
+        group = {"group": groups.group_spec(replica, member, leader), "restart_max": 0}
     return EngineSpec(
         replica_id=replica.pk,
         generation=replica.generation,
-        node=replica.node.name if replica.node else None,
+        node=node.name if node else None,
         deployment=dep.name,
         model_path=dep.model_path,
         served_model_name=dep.served_model_name,
@@ -130,34 +140,51 @@ def build_spec(replica: Replica) -> EngineSpec:
         extra_args=list(dep.extra_args),
         extra_env=dict(dep.extra_env),
         api_key=engine_api_key(replica.pk),  # the engine refuses /v1 without it
-        numa_nodes=_numa_nodes(replica, chips),
+        numa_nodes=_numa_nodes(replica, chips, node),
+        **group,
     )
 
 
-def _numa_nodes(replica: Replica, chips: list) -> list[int]:
-    """The NUMA nodes the engine is bound to (cpu_binding "numa"), [] for none."""
-    dep = replica.deployment
-    if dep.cpu_binding != numa.NUMA or dep.device != "npu" or replica.node is None:
+def _numa_nodes(replica: Replica, chips: list, node=None) -> list[int]:
+    """The NUMA nodes the engine on `node` (the replica's, or a member's) is bound to
+    (cpu_binding "numa"), [] for none."""
+    dep, node = replica.deployment, node or replica.node
+    if dep.cpu_binding != numa.NUMA or dep.device != "npu" or node is None:
         return []
-    return numa.replica_numa(replica.node, chips)[0]
+    return numa.replica_numa(node, chips)[0]
 
 
 def dispatch_start(replica: Replica) -> None:
     """Start (or replace) the replica's engine once the transaction commits (a signed command
-    for its node). Idempotent on the agent per generation."""
-    spec = build_spec(replica)
-    # no binding: the field is left out, so an agent that predates it takes the spec
-    unset = None if spec.numa_nodes else {"numa_nodes"}
+    for its node; for a multi-host replica, one for every member, each with its place in the
+    group). Idempotent on the agent per generation. Raises groups.NoNetworkFacts when a
+    member's host has not reported what the group needs (nothing is sent then)."""
+    if not groups.is_group(replica):
+        return _send_start(replica.node.name, build_spec(replica))
+    members = groups.members(replica)
+    specs = [(m.node.name, build_spec(replica, m, members[0])) for m in members]
+    for node, spec in specs:
+        _send_start(node, spec)
+
+
+def _send_start(node: str, spec: EngineSpec) -> None:
+    # unset optional fields are left out, so an agent that predates them takes the spec
+    unset = {name for name in ("numa_nodes", "group") if not getattr(spec, name, None)}
     send_on_commit(
-        replica.node.name,
-        Tasks.HOST_START_REPLICA,
-        [spec.model_dump(mode="json", exclude=unset)],
+        node, Tasks.HOST_START_REPLICA, [spec.model_dump(mode="json", exclude=unset or None)]
     )
 
 
 def dispatch_stop(node_name: str, replica_id: int, generation: int | None) -> None:
     """Stop the replica's engine once the transaction commits (idempotent on the agent)."""
     send_on_commit(node_name, Tasks.HOST_STOP_REPLICA, [replica_id, generation])
+
+
+def dispatch_stop_replica(replica: Replica) -> None:
+    """Stop the replica's engine on its node, or on every member's host."""
+    nodes = [m.node.name for m in groups.members(replica)] if groups.is_group(replica) else []
+    for node in nodes or ([replica.node.name] if replica.node else []):
+        dispatch_stop(node, replica.pk, replica.generation)
 
 
 def apply_report(payload: dict, *, node: str) -> Replica | None:
@@ -177,7 +204,14 @@ def apply_report(payload: dict, *, node: str) -> Replica | None:
             .order_by()
             .first()
         )
-        if replica is None or replica.node is None or replica.node.name != report.node:
+        member = (
+            groups.record_member_report(replica, report.node, report)
+            if replica is not None and groups.is_group(replica)
+            else None
+        )
+        placed_here = replica is not None and replica.node is not None
+        placed_here = placed_here and (replica.node.name == report.node or member is not None)
+        if not placed_here:
             if report.phase not in (
                 EnginePhase.STOPPED,
                 EnginePhase.CRASH_LOOP,
@@ -194,7 +228,10 @@ def apply_report(payload: dict, *, node: str) -> Replica | None:
             return replica  # an older engine of this replica: the agent replaces it
         if report.generation == replica.generation and _older_than_applied(report):
             return replica  # older than what we already know (e.g. a heartbeat's snapshot)
-        failed = _apply(replica, report)
+        if member is None:
+            failed = _apply(replica, report)
+        else:
+            failed = _apply_member(replica, member, report)
         _remember_applied(report)
     if failed:  # diagnosed outside the transaction: the row lock is not held while matching
         on_failure(replica, report)
@@ -207,8 +244,10 @@ def apply_report(payload: dict, *, node: str) -> Replica | None:
     return replica
 
 
-def _applied_key(replica_id: int) -> str:
-    return f"npc:engine-applied:{replica_id}"
+def _applied_key(report: EngineReport) -> str:
+    """Per replica and reporting node: the members of a multi-host replica each have their
+    own clock, and their reports are ordered among themselves only."""
+    return f"npc:engine-applied:{report.replica_id}:{report.node}"
 
 
 def _older_than_applied(report: EngineReport) -> bool:
@@ -217,7 +256,7 @@ def _older_than_applied(report: EngineReport) -> bool:
     behind the console's, and two reports a few ms apart (failed, then crash-loop) must both
     count. Unknown (Redis down or restarted): not older."""
     try:
-        seen = get_redis().get(_applied_key(report.replica_id))
+        seen = get_redis().get(_applied_key(report))
     except Exception:  # noqa: BLE001 - the hot store is an optimisation here, not the truth
         return False
     if not seen:
@@ -229,18 +268,22 @@ def _older_than_applied(report: EngineReport) -> bool:
 def _remember_applied(report: EngineReport) -> None:
     try:
         value = f"{report.generation} {report.at.isoformat()}"
-        get_redis().set(_applied_key(report.replica_id), value, ex=7 * 86400)
+        get_redis().set(_applied_key(report), value, ex=7 * 86400)
     except Exception:  # noqa: BLE001
         log.warning("could not remember the last applied report of %s", report.replica_id)
 
 
-def _apply(replica: Replica, report: EngineReport) -> bool:
-    """Apply the report's state; True when it is a failure to diagnose (after the commit)."""
+def _apply(replica: Replica, report: EngineReport, group: bool = False) -> bool:
+    """Apply the report's state; True when it is a failure to diagnose (after the commit).
+    `group`: a multi-host leader's report, whose restart count is the console's (the group's),
+    not the agent's."""
     to = PHASE_TO_STATE.get(report.phase)
     if to is None:
         return False
     reason = report.reason or report.phase
-    fields = {"pid": report.pid, "restarts": report.restarts, "exit_code": report.exit_code}
+    fields = {"pid": report.pid, "exit_code": report.exit_code}
+    if not group:
+        fields["restarts"] = report.restarts
     if report.log_path:
         fields["log_path"] = report.log_path
     if report.log_tail:
@@ -254,6 +297,38 @@ def _apply(replica: Replica, report: EngineReport) -> bool:
         scheduler.release(replica)
         Replica.objects.filter(pk=replica.pk).update(pid=None)
     return to in (ReplicaState.FAILED, ReplicaState.CRASH_LOOP, ReplicaState.UNHEALTHY)
+
+
+def _apply_member(replica: Replica, member, report: EngineReport) -> bool:
+    """A member of a multi-host replica reported (groups.py says the rules): any member's
+    failure is the group's; stopped only when every member is; otherwise the leader (rank 0)
+    moves the replica. True when it is a failure to diagnose."""
+    if report.generation != replica.generation:
+        return False
+    where = f"member rank {member.rank} on {report.node}"
+    if report.phase in (EnginePhase.FAILED, EnginePhase.CRASH_LOOP):
+        if replica.state in (ReplicaState.STOPPING, ReplicaState.STOPPED, ReplicaState.FAILED):
+            return False
+        fields = {"exit_code": report.exit_code}
+        if report.log_tail:
+            fields["log_tail"] = report.log_tail[-50:]
+        if report.log_path:
+            fields["log_path"] = report.log_path
+        return transition_replica(
+            replica,
+            ReplicaState.FAILED,
+            f"{where}: {report.reason or report.phase}; the whole group restarts",
+            **fields,
+        )
+    if report.phase == EnginePhase.STOPPED:
+        if replica.state == ReplicaState.STOPPING and groups.all_stopped(replica):
+            if transition_replica(replica, ReplicaState.STOPPED, "every member stopped"):
+                scheduler.release(replica)
+                Replica.objects.filter(pk=replica.pk).update(pid=None)
+        return False
+    if member.rank != 0 or groups.failed_member(replica) is not None:
+        return False  # a follower alive, or a leader report after a member failed
+    return _apply(replica, report, group=True)
 
 
 _BUSY_PORT = re.compile(r"port (\d+) is already in use on this host")

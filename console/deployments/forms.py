@@ -25,6 +25,7 @@ TEXT_FIELDS = (
 NUMBER_FIELDS = (
     "replicas",
     "npus_per_replica",
+    "nodes_per_replica",
     *(r.name for r in _ROWS if r.kind in (int, float)),
 )
 BOOL_FIELDS = ("reschedule_on_node_loss", *(r.name for r in _ROWS if r.kind is bool))

@@ -81,6 +81,17 @@ class Deployment(EngineSettingsColumns):
         Node, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     npus_per_replica = models.PositiveSmallIntegerField(default=1)
+    preflight_override = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="why a multi-host replica may start although its NPU-network preflight "
+        "fails (recorded on every dispatch it lets through)",
+    )
+    nodes_per_replica = models.PositiveSmallIntegerField(
+        default=1,
+        help_text="hosts one replica spans (vLLM multi-node data parallel; NPUs per replica "
+        "are split evenly over them)",
+    )
     npu_ids = models.JSONField(
         default=list, blank=True, help_text="explicit NPU ids on the pinned node"
     )
@@ -219,6 +230,9 @@ class Replica(models.Model):
         Node, null=True, blank=True, on_delete=models.PROTECT, related_name="replicas"
     )
     port = models.PositiveIntegerField(null=True, blank=True)
+    rpc_port = models.PositiveIntegerField(
+        null=True, blank=True, help_text="multi-host: the leader's --data-parallel-rpc-port"
+    )
     pid = models.PositiveIntegerField(null=True, blank=True)
     generation = models.PositiveIntegerField(default=0)
     spec_version = models.PositiveIntegerField(default=0, help_text="the deployment spec it runs")
@@ -261,6 +275,33 @@ class Replica(models.Model):
     @property
     def npu_list(self) -> list[int]:
         return sorted(a.accelerator.npu_id for a in self.allocations.all())
+
+
+class ReplicaMember(models.Model):
+    """One host's part of a replica that spans several (console/deployments/groups.py).
+    Rank 0 is the leader: its node and port are the replica's, and it serves the API; the
+    others run headless. `phase` is what that host's agent last reported for the replica's
+    current generation."""
+
+    replica = models.ForeignKey(Replica, on_delete=models.CASCADE, related_name="members")
+    rank = models.PositiveSmallIntegerField()
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="replica_members")
+    generation = models.PositiveIntegerField(default=0)
+    phase = models.CharField(max_length=16, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    log_path = models.CharField(max_length=500, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["replica", "rank"]
+        constraints = [
+            models.UniqueConstraint(fields=["replica", "rank"], name="uniq_member_rank"),
+            models.UniqueConstraint(fields=["replica", "node"], name="uniq_member_node"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.replica} rank {self.rank} on {self.node_id}"
 
 
 class NpuAllocation(models.Model):

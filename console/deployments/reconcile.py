@@ -12,10 +12,11 @@ import logging
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from console.deployments import numa, scheduler
-from console.deployments.engines import dispatch_start, dispatch_stop
+from console.deployments import groups, numa, scheduler
+from console.deployments.engines import dispatch_start, dispatch_stop_replica
 from console.deployments.models import Deployment, DesiredState, Replica, ReplicaState
 from console.deployments.services import node_went_offline, transition_replica
 from console.inventory.models import Node, NodeStatus
@@ -30,7 +31,10 @@ STOPPED_LIKE = {S.STOPPED, S.PENDING}
 def reconcile() -> dict[str, int]:
     """One pass over every deployment. Returns counts of what it did."""
     done = {"scheduled": 0, "stopping": 0, "unknown": 0}
-    for node in Node.objects.filter(status=NodeStatus.OFFLINE, replicas__isnull=False).distinct():
+    offline = Node.objects.filter(status=NodeStatus.OFFLINE).filter(
+        Q(replicas__isnull=False) | Q(replica_members__isnull=False)
+    )
+    for node in offline.distinct():
         done["unknown"] += node_went_offline(node)
     latest = _latest()
     done["repaired"] = repair_from_heartbeats()
@@ -120,9 +124,35 @@ def _converge_running(dep: Deployment, replica: Replica, latest: dict) -> int:
                 scheduler.release(replica)
                 Replica.objects.filter(pk=replica.pk).update(node=None)
         return 0
+    if replica.state == S.FAILED and dep.nodes_per_replica > 1:
+        return _restart_group(dep, replica)
     if replica.spec_version != dep.spec_version and replica.state not in (S.STOPPING, S.UNKNOWN):
         return _restart(dep, replica)
     return 0
+
+
+def _restart_group(dep: Deployment, replica: Replica) -> int:
+    """A member of a multi-host replica failed: after the group's backoff every member starts
+    again with a new generation, or the group gives up (crash-loop) and every member is told
+    to stop (groups.py)."""
+    give_up, why = groups.restart_due(replica)
+    if not why:
+        return 0
+    with transaction.atomic():
+        if give_up:
+            if transition_replica(replica, S.CRASH_LOOP, why):
+                dispatch_stop_replica(replica)
+            return 0
+        if transition_replica(
+            replica,
+            S.STARTING,
+            why,
+            generation=replica.generation + 1,
+            spec_version=dep.spec_version,
+            restarts=replica.restarts + 1,
+        ):
+            dispatch_start(replica)
+    return 1
 
 
 def _schedule(dep: Deployment, replica: Replica, latest: dict) -> int:
@@ -144,20 +174,53 @@ def _schedule(dep: Deployment, replica: Replica, latest: dict) -> int:
                     state_reason=f"waiting for capacity: {exc}"[:500]
                 )
             return 0
+        preflight = ""
+        if dep.nodes_per_replica > 1:
+            preflight = _group_ready_to_start(replica)
+            if preflight is None:
+                return 0
         npus = ",".join(str(a.npu_id) for a in placed.accelerators) or "none (CPU)"
         replica.node, replica.port = placed.node, placed.port
         binding = ""
         if dep.cpu_binding == numa.NUMA:  # the event says where it is bound, or why not
             binding = "; " + numa.replica_numa(placed.node, placed.accelerators)[1]
+        where = f"placed on {placed.node.name}, NPUs {npus}, port {placed.port}"
+        if dep.nodes_per_replica > 1:
+            where = (
+                "placed as a group: "
+                + "; ".join(
+                    f"rank {m.rank} on {m.node.name} (NPUs "
+                    f"{','.join(str(a.npu_id) for a in placed.accelerators if a.node_id == m.node_id) or 'none'})"
+                    for m in groups.members(replica)
+                )
+                + f"; API port {placed.port} and DP RPC port {replica.rpc_port} on the leader"
+                + (f"; {preflight}" if preflight else "")
+            )
         transition_replica(
             replica,
             S.SCHEDULED,
-            f"placed on {placed.node.name}, NPUs {npus}, port {placed.port}{binding}",
+            f"{where}{binding}",
             generation=replica.generation + 1,
             spec_version=dep.spec_version,
         )
         dispatch_start(replica)
     return 1
+
+
+def _group_ready_to_start(replica: Replica) -> str | None:
+    """Every member's host has reported what its place in the group needs and the NPU-network
+    preflight passes (or is overridden: what to record is returned); if not (None), the gang's
+    hold is released again and the replica waits, saying why (checked each pass)."""
+    replica.refresh_from_db(fields=["rpc_port"])
+    try:
+        leader = groups.members(replica)[0]
+        for member in groups.members(replica):
+            groups.group_spec(replica, member, leader)
+        return groups.check_preflight(replica)
+    except (groups.NoNetworkFacts, groups.PreflightFailed) as exc:
+        scheduler.release(replica)
+        Replica.objects.filter(pk=replica.pk).update(node=None, state_reason=str(exc)[:500])
+        return None
 
 
 def _restart(dep: Deployment, replica: Replica) -> int:
@@ -191,6 +254,6 @@ def _converge_stopped(dep: Deployment, replica: Replica) -> int:
             transition_replica(replica, S.STOPPED, "never placed")
             return 0
         if transition_replica(replica, S.STOPPING, "deployment wants it stopped"):
-            dispatch_stop(replica.node.name, replica.pk, replica.generation)
+            dispatch_stop_replica(replica)
             return 1
     return 0

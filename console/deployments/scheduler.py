@@ -69,10 +69,12 @@ def port_range() -> range:
     return settings.ENGINE_PORT_RANGE
 
 
-def free_port(node: Node) -> int:
-    """The lowest port of the range that no replica holds on `node` and nothing else listens
-    on there (the agent's report, or a start refused on it: console/inventory/ports.py)."""
-    used = set(Replica.objects.filter(node=node, port__isnull=False).values_list("port", flat=True))
+def free_port(node: Node, also_taken: frozenset[int] = frozenset()) -> int:
+    """The lowest port of the range that no replica holds on `node` (its API port or, for a
+    multi-host leader, its DP RPC port) and nothing else listens on there (the agent's report,
+    or a start refused on it: console/inventory/ports.py)."""
+    held = Replica.objects.filter(node=node).values_list("port", "rpc_port")
+    used = {p for pair in held for p in pair if p is not None} | set(also_taken)
     used |= ports.taken(node.name)
     candidates = port_range()
     for port in candidates:
@@ -86,8 +88,9 @@ def free_port(node: Node) -> int:
 def rank(
     deployment: Deployment, latest: dict[str, dict | None]
 ) -> list[tuple[Node, list[Accelerator]]]:
-    """Candidate (node, chips to use) pairs, best first."""
-    need = deployment.npus_per_replica if deployment.device == "npu" else 0
+    """Candidate (node, chips to use) pairs, best first (for a multi-host replica: each
+    host's share of its NPUs)."""
+    need = npus_per_host(deployment)
     spread = dict(
         Replica.objects.filter(deployment=deployment, state__in=HOLDS_NPUS)
         .values_list("node_id")
@@ -114,9 +117,18 @@ def rank(
     return [(o[3], o[4]) for o in options]
 
 
+def npus_per_host(deployment: Deployment) -> int:
+    if deployment.device != "npu":
+        return 0
+    return deployment.npus_per_replica // max(1, deployment.nodes_per_replica)
+
+
 def place(replica: Replica, latest: dict[str, dict | None]) -> Placement:
-    """Choose and hold a node, chips and port for `replica` (in the caller's transaction)."""
+    """Choose and hold a node, chips and port for `replica` (in the caller's transaction).
+    A replica over several hosts is placed as a gang (place_group)."""
     deployment = replica.deployment
+    if deployment.nodes_per_replica > 1:
+        return place_group(replica, latest)
     options = rank(deployment, latest)
     if not options:
         raise NoCapacity(explain_no_capacity(deployment))
@@ -132,6 +144,75 @@ def place(replica: Replica, latest: dict[str, dict | None]) -> Placement:
         except IntegrityError:  # someone took a chip or the port first: next candidate
             continue
     raise NoCapacity("every candidate was taken by a concurrent placement; retrying")
+
+
+NETWORK_DOMAIN_LABEL = "network-domain"  # e.g. the switch or A3 superpod a node hangs off
+
+
+def choose_hosts(
+    options: list[tuple[Node, list[Accelerator]]], hosts: int
+) -> list[tuple[Node, list[Accelerator]]]:
+    """`hosts` of the ranked candidates, best first: from one network domain (the node label
+    NETWORK_DOMAIN_LABEL) when one has enough of them — the one whose best members rank
+    highest — else the best across domains. [] when there are too few."""
+    if len(options) < hosts:
+        return []
+    domains: dict[str, list[tuple[Node, list[Accelerator]]]] = {}
+    for option in options:
+        domain = (option[0].labels or {}).get(NETWORK_DOMAIN_LABEL)
+        if domain:
+            domains.setdefault(domain, []).append(option)
+    complete = [members[:hosts] for members in domains.values() if len(members) >= hosts]
+    if complete:
+        return min(complete, key=lambda members: [options.index(m) for m in members])
+    return options[:hosts]
+
+
+def place_group(replica: Replica, latest: dict[str, dict | None]) -> Placement:
+    """Hold NPUs on `nodes_per_replica` hosts, the leader's API and DP RPC ports, and one
+    member row per host, all in one transaction or none (a gang): a replica never holds part
+    of what it needs. The leader (rank 0) is the best-ranked host."""
+    from console.deployments.models import ReplicaMember
+
+    deployment = replica.deployment
+    hosts = deployment.nodes_per_replica
+    chosen = choose_hosts(rank(deployment, latest), hosts)
+    if not chosen:
+        raise NoCapacity(explain_no_group_capacity(deployment, latest))
+    try:
+        with transaction.atomic():
+            ReplicaMember.objects.filter(replica=replica).delete()
+            NpuAllocation.objects.bulk_create(
+                [
+                    NpuAllocation(accelerator=c, replica=replica)
+                    for _, chips in chosen
+                    for c in chips
+                ]
+            )
+            leader = chosen[0][0]
+            port = free_port(leader)
+            rpc_port = free_port(leader, frozenset({port}))
+            ReplicaMember.objects.bulk_create(
+                [
+                    ReplicaMember(replica=replica, rank=r, node=node)
+                    for r, (node, _) in enumerate(chosen)
+                ]
+            )
+            Replica.objects.filter(pk=replica.pk).update(node=leader, port=port, rpc_port=rpc_port)
+    except IntegrityError:  # a chip or a port was taken meanwhile: the next pass tries again
+        raise NoCapacity("a chip or port was taken by a concurrent placement; retrying") from None
+    return Placement(node=leader, accelerators=[c for _, chips in chosen for c in chips], port=port)
+
+
+def explain_no_group_capacity(deployment: Deployment, latest: dict[str, dict | None]) -> str:
+    need, hosts = npus_per_host(deployment), deployment.nodes_per_replica
+    fit = [node.name for node, _ in rank(deployment, latest)]
+    return (
+        f"needs {hosts} online hosts with {need} free healthy NPUs each"
+        + (f" matching {deployment.node_selector}" if deployment.node_selector else "")
+        + f"; {len(fit)} ha{'s' if len(fit) == 1 else 've'} them"
+        + (f" ({', '.join(fit[:8])})" if fit else "")
+    )
 
 
 def explain_no_capacity(deployment: Deployment) -> str:
@@ -155,6 +236,7 @@ def explain_no_capacity(deployment: Deployment) -> str:
 
 
 def release(replica: Replica) -> None:
-    """Free the replica's chips and port (idempotent)."""
+    """Free the replica's chips and ports, on every host (idempotent). The member rows stay
+    (they say where a stopped group ran) until the next placement replaces them."""
     NpuAllocation.objects.filter(replica=replica).delete()
-    Replica.objects.filter(pk=replica.pk).update(port=None)
+    Replica.objects.filter(pk=replica.pk).update(port=None, rpc_port=None)

@@ -29,7 +29,21 @@ class Placement(StrictIn):
     replicas: int = Field(1, ge=0, le=64)
     node_selector: dict[str, str] = Field(default_factory=dict, max_length=16)
     pinned_node: str | None = Field(None, max_length=63)
-    npus_per_replica: int = Field(1, ge=1, le=16)
+    npus_per_replica: int = Field(1, ge=1, le=128, description="all hosts of a replica together")
+    nodes_per_replica: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="hosts one replica spans: vLLM multi-node data parallel (DP a multiple of "
+        "it; NPUs per replica split evenly); members prefer nodes sharing the "
+        "network-domain label",
+    )
+    preflight_override: str = Field(
+        "",
+        max_length=500,
+        description="multi-host replicas: the reason to start although the NPU-network "
+        "preflight fails (docs/operations.md); empty: a failing preflight blocks the start",
+    )
     npu_ids: list[int] = Field(default_factory=list, max_length=64)
     reschedule_on_node_loss: bool = False
     cpu_binding: Literal["off", "numa"] = Field(
@@ -115,6 +129,8 @@ class DeploymentOut(Schema, EngineSettings):
     node_selector: dict[str, str]
     pinned_node: str | None
     npus_per_replica: int
+    nodes_per_replica: int
+    preflight_override: str
     npu_ids: list[int]
     reschedule_on_node_loss: bool
     cpu_binding: str

@@ -43,6 +43,8 @@ SPEC_FIELDS = (
     "replicas",
     "node_selector",
     "npus_per_replica",
+    "nodes_per_replica",
+    "preflight_override",
     "npu_ids",
     "reschedule_on_node_loss",
     "cpu_binding",
@@ -449,8 +451,10 @@ def transition_replica(replica: Replica, to: str, reason: str, **fields) -> bool
 
 def node_went_offline(node: Node) -> int:
     """Replicas of an offline node become `unknown`: never stopped, never deleted."""
+    from console.deployments.groups import replicas_with_member_on
+
     n = 0
-    for replica in Replica.objects.filter(node=node).exclude(
+    for replica in replicas_with_member_on(node).exclude(
         state__in=[ReplicaState.STOPPED, ReplicaState.PENDING, ReplicaState.UNKNOWN]
     ):
         n += transition_replica(

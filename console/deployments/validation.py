@@ -190,8 +190,14 @@ def check_parallelism(spec: dict) -> None:
         spec["npus_per_replica"],
     )
     dp = spec.get("data_parallel_size") or 1
-    if spec["device"] == "cpu" and tp * pp * dp != 1:
-        raise Invalid("CPU engines run with TP 1, PP 1 and DP 1", field="tensor_parallel_size")
+    hosts = spec.get("nodes_per_replica") or 1
+    if hosts > 1:
+        _check_hosts(spec, dp, hosts, npus)
+    if spec["device"] == "cpu" and (tp * pp != 1 or dp != hosts):
+        raise Invalid(
+            "CPU engines run with TP 1 and PP 1, one DP rank per host (DP = hosts per replica)",
+            field="tensor_parallel_size" if tp * pp != 1 else "data_parallel_size",
+        )
     if spec["device"] == "npu" and tp * pp * dp != npus:
         raise Invalid(
             f"TP x PP x DP must equal the NPUs per replica: {tp} x {pp} x {dp} = "
@@ -207,6 +213,28 @@ def check_parallelism(spec: dict) -> None:
                 f"give {npus} x {spec['replicas']} distinct NPU ids (NPUs per replica x replicas)",
                 field="npu_ids",
             )
+
+
+def _check_hosts(spec: dict, dp: int, hosts: int, npus: int) -> None:
+    """A replica over several hosts is vLLM's multi-node data parallel (workers/engine/group.py):
+    every host runs DP / hosts ranks of TP x PP NPUs each; the scheduler picks the hosts."""
+    if spec.get("pinned_node") or spec.get("npu_ids"):
+        raise Invalid(
+            "a replica over several hosts is placed by node labels (node_selector), not pinned "
+            "to one node or to NPU ids",
+            field="nodes_per_replica",
+        )
+    if dp % hosts:
+        raise Invalid(
+            f"DP {dp} must be a multiple of the hosts per replica ({hosts}): each host runs "
+            f"DP / hosts ranks (vLLM's --data-parallel-size-local)",
+            field="data_parallel_size",
+        )
+    if spec["device"] == "npu" and npus % hosts:
+        raise Invalid(
+            f"NPUs per replica ({npus}) must split evenly over {hosts} hosts",
+            field="npus_per_replica",
+        )
 
 
 def check_against_model(spec: dict, info: dict) -> None:

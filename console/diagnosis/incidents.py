@@ -125,7 +125,7 @@ def open_incident_for_replica(replica, report) -> Incident | None:
         ]
         top = found[0] if found else None
         category = top["category"] if top else ENGINE_CRASH
-        node = replica.node
+        node, member = _failing_member(replica, report)
         fields = {
             "category": category,
             "severity": top["severity"] if top else Severity.CRITICAL,
@@ -133,6 +133,7 @@ def open_incident_for_replica(replica, report) -> Incident | None:
             "replica": replica,
             "node": node,
             "subject": f"{replica.deployment.name} replica {replica.index}"
+            + member
             + (f" on {node.name}" if node else ""),
             "diagnoses": found,
             "evidence": evidence_context(lines, found),
@@ -143,9 +144,29 @@ def open_incident_for_replica(replica, report) -> Incident | None:
         return None
     fingerprint = f"deployment:{replica.deployment_id}:{category}"
     incident = _record_open(fingerprint, fields, note="" if found else "no rule matched")
-    if incident is not None and report.phase == "crash-loop":
+    # a multi-host member's agent gives up at once by design (the console restarts the group)
+    if incident is not None and report.phase == "crash-loop" and not member:
         _note_crash_loop(incident, report.reason)
     return incident
+
+
+def _failing_member(replica, report) -> tuple:
+    """(node, words) of where a failure came from: the replica's node, or for a replica over
+    several hosts the reporting member's — its rank and NPUs — so an HCCL or DP-handshake
+    failure names the host it happened on (its log: run `…-rank<m>` on the replica's log
+    page)."""
+    if replica.deployment.nodes_per_replica <= 1 or not report.node:
+        return replica.node, ""
+    member = replica.members.select_related("node").filter(node__name=report.node).first()
+    if member is None:
+        return replica.node, ""
+    npus = sorted(
+        replica.allocations.filter(accelerator__node=member.node).values_list(
+            "accelerator__npu_id", flat=True
+        )
+    )
+    held = f", NPUs {','.join(map(str, npus))}" if npus else ""
+    return member.node, f" rank {member.rank} of {replica.deployment.nodes_per_replica}{held}"
 
 
 def _note_crash_loop(incident: Incident, reason: str) -> None:

@@ -83,6 +83,7 @@ def _static_fields(hb: Heartbeat) -> dict:
         "telemetry_reason": hb.telemetry_reason or "",
         "log_error": hb.log_error or "",
         "numa_nodes": numa_layout(host.numa_cpulists, host.numa_memory_mb),
+        "interfaces": dict(getattr(host, "interfaces", None) or {}),
     }
 
 

@@ -243,18 +243,25 @@ def _claimed_node(raw: bytes) -> str | None:
 
 
 # --- handlers (NodeRestriction) -----------------------------------------------------------------
-def _replica_node(replica_id: object) -> str | None:
-    from console.deployments.models import Replica
+def _replica_nodes(replica_id: object) -> set[str]:
+    """The nodes a replica is placed on: its node, and every member's for a replica over
+    several hosts (console/deployments/groups.py)."""
+    from console.deployments.models import Replica, ReplicaMember
 
     if not isinstance(replica_id, int):
-        return None
-    return Replica.objects.filter(pk=replica_id).values_list("node__name", flat=True).first()
+        return set()
+    nodes = set(Replica.objects.filter(pk=replica_id).values_list("node__name", flat=True))
+    nodes |= set(
+        ReplicaMember.objects.filter(replica_id=replica_id).values_list("node__name", flat=True)
+    )
+    return nodes - {None}
 
 
 def _own_replica(inbox: Inbox, node: str, body: dict, what: str) -> bool:
-    owner = _replica_node(body.get("replica_id"))
-    if owner == node:
+    owners = _replica_nodes(body.get("replica_id"))
+    if node in owners:
         return True
+    owner = ", ".join(sorted(owners))
     inbox.refuse(
         channel.Refused(
             f"node {node} tried to write replica {body.get('replica_id')} ({what}), "

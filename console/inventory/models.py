@@ -104,6 +104,12 @@ class Node(models.Model):
         blank=True,
         help_text='the host\'s NUMA layout: [{"node": 0, "cpus": "0-23", "memory_mb": 128000}]',
     )
+    interfaces = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='network interfaces and their IPs: {"enp189s0f0": ["10.0.0.2"]} '
+        "(a multi-host replica picks HCCL/Gloo's interface from it)",
+    )
     telemetry_ok = models.BooleanField(default=True)
     telemetry_reason = models.CharField(
         max_length=300, blank=True, help_text="why telemetry is degraded"

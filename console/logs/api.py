@@ -7,6 +7,7 @@ from ninja import Router
 
 from console.errors import NotFound
 from console.logs import services
+from console.logs.models import run_key
 from console.logs.schemas import LogPageOut
 
 router = Router(tags=["logs"])
@@ -47,11 +48,10 @@ def replica_logs_download(request, replica_id: int, run: str | None = None):
     chosen = services.parse_run(run, services.runs_of(replica=replica))
     if chosen is None:
         raise NotFound(f"replica {replica_id} has no shipped log lines")
-    generation, number = chosen
     response = StreamingHttpResponse(
-        services.iter_text(replica=replica, generation=generation, run=number),
+        services.iter_text(replica=replica, run=chosen),
         content_type="text/plain; charset=utf-8",
     )
-    name = f"replica-{replica.pk}-gen{generation}-run{number}.log"
+    name = f"replica-{replica.pk}-{run_key(*chosen)}.log"
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response

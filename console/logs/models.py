@@ -35,15 +35,19 @@ def parse_level(text: str) -> str:
     return Level.NONE
 
 
-def run_key(generation: int, run: int) -> str:
-    """How runs are named in URLs and the API: the agent's file stem, `gen<g>-run<n>`."""
-    return f"gen{generation}-run{run}"
+def run_key(generation: int, run: int, member: int = 0) -> str:
+    """How runs are named in URLs and the API: the agent's file stem, `gen<g>-run<n>`; for
+    another member than the leader of a replica over several hosts `gen<g>-run<n>-rank<m>`."""
+    return f"gen{generation}-run{run}" + (f"-rank{member}" if member else "")
 
 
 class LogLine(models.Model):
     replica = models.ForeignKey(Replica, on_delete=models.CASCADE, related_name="log_lines")
     generation = models.PositiveIntegerField()
     run = models.PositiveIntegerField()
+    member = models.PositiveSmallIntegerField(
+        default=0, help_text="the member's rank in a replica over several hosts (0: the leader)"
+    )
     line_no = models.PositiveIntegerField(help_text="1-based within the run")
     text = models.TextField()
     level = models.CharField(max_length=8, choices=Level.choices, blank=True)
@@ -51,10 +55,11 @@ class LogLine(models.Model):
     at = models.DateTimeField(default=timezone.now, help_text="when the console received it")
 
     class Meta:
-        ordering = ["replica", "generation", "run", "line_no"]
+        ordering = ["replica", "generation", "run", "member", "line_no"]
         constraints = [
             models.UniqueConstraint(
-                fields=["replica", "generation", "run", "line_no"], name="uniq_log_line"
+                fields=["replica", "generation", "run", "member", "line_no"],
+                name="uniq_log_line_member",
             )
         ]
         indexes = [
@@ -64,11 +69,11 @@ class LogLine(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.replica_id} {run_key(self.generation, self.run)}:{self.line_no}"
+        return f"{self.replica_id} {self.run_key}:{self.line_no}"
 
     @property
     def run_key(self) -> str:
-        return run_key(self.generation, self.run)
+        return run_key(self.generation, self.run, self.member)
 
     @property
     def css(self) -> str:

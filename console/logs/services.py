@@ -6,6 +6,7 @@ import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from django.db import transaction
 from django.db.models import Max
@@ -22,7 +23,7 @@ log = logging.getLogger("console.logs")
 KEEP_LINES = 10_000
 KEEP_BYTES = 5 * 1024 * 1024
 PAGE_MAX = 1000
-_RUN = re.compile(r"^gen(\d+)-run(\d+)$")
+_RUN = re.compile(r"^gen(\d+)-run(\d+)(?:-rank(\d+))?$")
 LEVELS = {"error", "warning", "info", "debug"}
 
 
@@ -34,7 +35,8 @@ def ingest_batch(*, payload: dict) -> int:
     replica = Replica.objects.select_related("node").filter(pk=batch.replica_id).first()
     if replica is None:
         return 0  # deleted since: nothing to keep
-    if replica.node is not None and replica.node.name != batch.node:
+    member = replica.members.filter(node__name=batch.node).values_list("rank", flat=True).first()
+    if member is None and replica.node is not None and replica.node.name != batch.node:
         log.warning("log batch for replica %s from %s ignored", replica.pk, batch.node)
         return 0
     now = timezone.now()
@@ -46,6 +48,7 @@ def ingest_batch(*, payload: dict) -> int:
                 replica=replica,
                 generation=batch.generation,
                 run=batch.run,
+                member=member or 0,
                 line_no=batch.first_line_no + i,
                 text=text,
                 level=parse_level(text),
@@ -57,26 +60,40 @@ def ingest_batch(*, payload: dict) -> int:
     return len(rows)
 
 
+class Run(NamedTuple):
+    """One run's lines: of one generation, one start of it, one member (0: the leader, or the
+    only host)."""
+
+    generation: int
+    run: int
+    member: int = 0
+
+    def lines(self, replica: Replica):
+        return LogLine.objects.filter(
+            replica=replica, generation=self.generation, run=self.run, member=self.member
+        )
+
+
 def runs_of(*, replica: Replica) -> list[str]:
-    """The replica's runs that have lines, newest first."""
-    pairs = (
+    """The replica's runs that have lines, newest first (each member's of a group apart)."""
+    triples = (
         LogLine.objects.filter(replica=replica)
-        .values_list("generation", "run")
+        .values_list("generation", "run", "member")
         .distinct()
-        .order_by("-generation", "-run")
+        .order_by("-generation", "-run", "member")
     )
-    return [run_key(g, r) for g, r in pairs]
+    return [run_key(g, r, m) for g, r, m in triples]
 
 
-def parse_run(value: str | None, runs: list[str]) -> tuple[int, int] | None:
-    """(generation, run) of `value` (default: the newest run); None when there are no lines."""
+def parse_run(value: str | None, runs: list[str]) -> Run | None:
+    """The run `value` names (default: the newest run); None when there are no lines."""
     value = value or (runs[0] if runs else None)
     if value is None:
         return None
     match = _RUN.match(value)
     if not match:
-        raise Invalid("run must look like gen<g>-run<n>", field="run")
-    return int(match[1]), int(match[2])
+        raise Invalid("run must look like gen<g>-run<n> (or gen<g>-run<n>-rank<m>)", field="run")
+    return Run(int(match[1]), int(match[2]), int(match[3] or 0))
 
 
 def parse_cursor(value: str | None, field: str = "after") -> int:
@@ -115,9 +132,7 @@ def read_page(
     chosen = parse_run(run, runs)
     if chosen is None:
         return Page([], str(cursor), runs, None)
-    lines = LogLine.objects.filter(
-        replica=replica, generation=chosen[0], run=chosen[1], line_no__gt=cursor
-    )
+    lines = chosen.lines(replica).filter(line_no__gt=cursor)
     if q:
         lines = lines.filter(text__icontains=q)
     if level:
@@ -127,24 +142,22 @@ def read_page(
     return Page(found, next_cursor, runs, run_key(*chosen))
 
 
-def first_error(*, replica: Replica, generation: int, run: int) -> int | None:
+def first_error(*, replica: Replica, run: Run) -> int | None:
     return (
-        LogLine.objects.filter(replica=replica, generation=generation, run=run, level=Level.ERROR)
+        run.lines(replica)
+        .filter(level=Level.ERROR)
         .order_by("line_no")
         .values_list("line_no", flat=True)
         .first()
     )
 
 
-def last_line_no(*, replica: Replica, generation: int, run: int) -> int:
-    found = LogLine.objects.filter(replica=replica, generation=generation, run=run).aggregate(
-        top=Max("line_no")
-    )
-    return found["top"] or 0
+def last_line_no(*, replica: Replica, run: Run) -> int:
+    return run.lines(replica).aggregate(top=Max("line_no"))["top"] or 0
 
 
-def iter_text(*, replica: Replica, generation: int, run: int) -> Iterator[str]:
-    lines = LogLine.objects.filter(replica=replica, generation=generation, run=run)
+def iter_text(*, replica: Replica, run: Run) -> Iterator[str]:
+    lines = run.lines(replica)
     for text in lines.order_by("line_no").values_list("text", flat=True).iterator(2000):
         yield text + "\n"
 
@@ -173,9 +186,11 @@ def _cutoff(lines) -> int | None:
 def purge_logs() -> int:
     """Delete lines past retention, per replica run. Returns the number deleted."""
     deleted = 0
-    runs = LogLine.objects.values_list("replica_id", "generation", "run").distinct()
-    for replica_id, generation, run in list(runs):
-        lines = LogLine.objects.filter(replica_id=replica_id, generation=generation, run=run)
+    runs = LogLine.objects.values_list("replica_id", "generation", "run", "member").distinct()
+    for replica_id, generation, run, member in list(runs):
+        lines = LogLine.objects.filter(
+            replica_id=replica_id, generation=generation, run=run, member=member
+        )
         if lines.count() <= KEEP_LINES:
             continue
         cutoff = _cutoff(lines.annotate(length=Length("text")))

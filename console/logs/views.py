@@ -42,13 +42,13 @@ def _initial_page(replica: Replica, start: str | None, filters: dict) -> service
     page = services.read_page(replica=replica, limit=1, **filters)  # which run, which runs
     if page.run is None:
         return page
-    generation, run = services.parse_run(page.run, page.runs)
+    run = services.parse_run(page.run, page.runs)
     if start:
         after = str(max(0, services.parse_cursor(start, "start") - 1))
     elif filters["q"] or filters["level"]:
         after = "0"  # the first matches of the run
     else:
-        top = services.last_line_no(replica=replica, generation=generation, run=run)
+        top = services.last_line_no(replica=replica, run=run)
         after = str(max(0, top - INITIAL_LINES))
     return services.read_page(replica=replica, after=after, limit=services.PAGE_MAX, **filters)
 
@@ -56,9 +56,8 @@ def _initial_page(replica: Replica, start: str | None, filters: dict) -> service
 def _context(replica: Replica, page: services.Page, filters: dict) -> dict:
     context = {"replica": replica, "page": page, "filters": filters, "first_error": None}
     if page.run:
-        generation, run = services.parse_run(page.run, page.runs)
         context["first_error"] = services.first_error(
-            replica=replica, generation=generation, run=run
+            replica=replica, run=services.parse_run(page.run, page.runs)
         )
         context["download"] = (
             reverse("api:replica_logs_download", args=[replica.pk]) + f"?run={page.run}"

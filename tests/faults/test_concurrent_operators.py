@@ -33,7 +33,7 @@ def postgres_only(monkeypatch):
     if connection.vendor != "postgresql":
         pytest.skip("true concurrency needs PostgreSQL: SQLite serialises every writer")
     monkeypatch.setattr("console.deployments.reconcile.dispatch_start", lambda r: None)
-    monkeypatch.setattr("console.deployments.reconcile.dispatch_stop", lambda *a: None)
+    monkeypatch.setattr("console.deployments.reconcile.dispatch_stop_replica", lambda r: None)
     monkeypatch.setattr("console.deployments.services._kick_reconcile", lambda: None)
 
 

@@ -9,9 +9,12 @@ In a test (it binds port 0: never a port assumed free):
     engine.auth       # path -> every Authorization header it came with (None: none)
 
 As the engine the supervisor starts: install_as_vllm(root) copies this file to
-<root>/vllm/entrypoints/openai/api_server.py, so with <root> on PYTHONPATH the real command
-line `python -m vllm.entrypoints.openai.api_server --model ... --port ...` runs main() below,
-which takes behaviours from FAKE_* environment variables:
+<root>/vllm/entrypoints/openai/api_server.py and <root>/vllm/entrypoints/cli/main.py, so with
+<root> on PYTHONPATH the real command lines `python -m vllm.entrypoints.openai.api_server
+--model ... --port ...` and a group member's `python -m vllm.entrypoints.cli.main serve MODEL
+...` run main() below. A `serve ... --headless` member (a group's follower) serves no HTTP: it
+logs and sleeps until signalled, as vLLM's headless DP ranks do. main() takes behaviours from
+FAKE_* environment variables:
 
   FAKE_START_DELAY_S      sleep before binding the port (phase starting)
   FAKE_LOAD_DELAY_S       /health answers 503 for this long after binding (phase loading)
@@ -346,10 +349,13 @@ def install_as_vllm(root: Path) -> Path:
     """Make `python -m vllm.entrypoints.openai.api_server` run this file (main() below) for a
     python whose PYTHONPATH holds `root`. Returns root."""
     package = root / "vllm" / "entrypoints" / "openai"
+    cli = root / "vllm" / "entrypoints" / "cli"
     package.mkdir(parents=True)
-    for directory in (root / "vllm", root / "vllm" / "entrypoints", package):
+    cli.mkdir()
+    for directory in (root / "vllm", root / "vllm" / "entrypoints", package, cli):
         (directory / "__init__.py").write_text("")
     shutil.copy(Path(__file__), package / "api_server.py")
+    shutil.copy(Path(__file__), cli / "main.py")
     return root
 
 
@@ -409,10 +415,14 @@ def _health_after(ready_at: float) -> Callable[[], int]:
 
 
 def main() -> None:
+    argv = sys.argv[1:]
+    if argv[:1] == ["serve"]:  # vLLM's CLI: `serve MODEL [flags]`
+        argv = ["--model", *argv[1:2], *argv[2:]]
     parser = argparse.ArgumentParser()
     for flag in ("--model", "--served-model-name", "--host", "--port"):
         parser.add_argument(flag)
-    args, _unknown = parser.parse_known_args()
+    parser.add_argument("--headless", action="store_true")
+    args, _unknown = parser.parse_known_args(argv)
     ignore = os.environ.get("FAKE_IGNORE_SIGTERM") == "1"
     signal.signal(signal.SIGTERM, signal.SIG_IGN if ignore else lambda *a: os._exit(0))
     _say("argv", json.dumps(sys.argv[1:]))
@@ -424,6 +434,10 @@ def main() -> None:
         _crash_later(_env_float("FAKE_CRASH_AFTER_S"), int(os.environ.get("FAKE_EXIT_CODE", "1")))
     if os.environ.get("FAKE_SPAM_LINES_PER_S"):
         _spam(_env_float("FAKE_SPAM_LINES_PER_S"))
+    if args.headless:  # a group's follower: DP ranks only, no API server
+        _say("headless: running DP ranks; the leader serves the API")
+        while True:
+            time.sleep(3600)
     time.sleep(_env_float("FAKE_START_DELAY_S"))
     engine = FakeEngine(
         model=args.served_model_name,

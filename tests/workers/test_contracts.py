@@ -75,6 +75,26 @@ def refused(model, payload) -> str:
             "host.numa_cpulists",
             c.MAX_NUMA_NODES,
         ),
+        (
+            heartbeat(host={"interfaces": {f"eth{i}": ["10.0.0.1"] for i in range(65)}}),
+            "host.interfaces",
+            c.MAX_INTERFACES,
+        ),
+        (
+            heartbeat(host={"interfaces": {"eth0": [f"10.0.0.{i}" for i in range(17)]}}),
+            "host.interfaces.eth0",
+            c.MAX_INTERFACE_ADDRESSES,
+        ),
+        (
+            heartbeat(host={"interfaces": {"e" * 16: ["10.0.0.1"]}}),
+            "host.interfaces",
+            c.IFNAME_MAX_CHARS,
+        ),
+        (
+            heartbeat(host={"interfaces": {"eth0": ["1" * 65]}}),
+            "host.interfaces.eth0.0",
+            c.IP_MAX_CHARS,
+        ),
         (heartbeat(telemetry_reason="r" * 301), "telemetry_reason", c.STATUS_TEXT_MAX_CHARS),
         (heartbeat(log_error="e" * 301), "log_error", c.STATUS_TEXT_MAX_CHARS),
         (heartbeat(agent_version="1" * 33), "agent_version", 32),
@@ -206,3 +226,42 @@ def test_describe_names_fields_without_the_input():
         c.Heartbeat.model_validate(heartbeat(host={"address": "secret-ish/x"}, seq=-1))
     line = c.describe(exc.value)
     assert "host.address" in line and "seq" in line
+
+
+def test_interfaces_are_optional_and_kept_as_sent():
+    assert c.Heartbeat.model_validate(heartbeat()).host.interfaces == {}  # an older agent
+    sent = {"lo": ["127.0.0.1", "::1"], "enp189s0f0": ["10.0.0.2", "fe80::1%enp189s0f0"]}
+    hb = c.Heartbeat.model_validate(heartbeat(host={"interfaces": sent}))
+    assert hb.host.interfaces == sent
+
+
+def test_an_engine_spec_without_a_group_is_a_single_host_spec():
+    fields = {"deployment": "d", "model_path": "/m", "served_model_name": "m", "port": 8000}
+    spec = c.EngineSpec(replica_id=1, generation=1, **fields)
+    assert spec.group is None and not spec.follower
+    grouped = c.EngineSpec.model_validate(
+        spec.model_dump()
+        | {
+            "data_parallel_size": 2,
+            "group": {
+                "rank": 1,
+                "size": 2,
+                "data_parallel_size": 2,
+                "leader_address": "10.0.0.1",
+                "rpc_port": 13389,
+                "local_address": "10.0.0.2",
+                "interface": "eth0",
+            },
+        }
+    )
+    assert grouped.follower and grouped.group.local_dp == 1
+
+
+def test_the_contract_imports_first_without_a_cycle():
+    """contracts imports workers.engine.group; the engine package must not import the
+    contract back while that happens (its names load lazily: workers/engine/__init__.py)."""
+    import subprocess
+    import sys
+
+    code = "import workers.contracts, workers.engine as e; assert e.Supervisor and e.build_argv"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

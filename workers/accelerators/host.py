@@ -9,13 +9,21 @@ from __future__ import annotations
 import os
 import platform
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from workers.contracts import MAX_LISTENING_PORTS, STATUS_TEXT_MAX_CHARS, clip
+from workers.contracts import (
+    IFNAME_MAX_CHARS,
+    IP_MAX_CHARS,
+    MAX_INTERFACE_ADDRESSES,
+    MAX_INTERFACES,
+    MAX_LISTENING_PORTS,
+    STATUS_TEXT_MAX_CHARS,
+    clip,
+)
 
 from .numa import node_memory_mb
 
@@ -118,6 +126,7 @@ def host_metrics(paths: Iterable[str] = ("/",), root: str | Path = "/") -> dict[
         "os": clip(os_pretty, 200) if os_pretty else os_pretty,
         "kernel": clip(platform.release(), 100),
         "listening_ports": listening_ports(),
+        "interfaces": interfaces(),
     }
 
 
@@ -135,3 +144,31 @@ def listening_ports() -> list[int]:
         if c.status == psutil.CONN_LISTEN and c.laddr and 1024 <= c.laddr.port <= 65535
     }
     return sorted(ports)[:MAX_LISTENING_PORTS]
+
+
+def interfaces(found: Mapping[str, list[Any]] | None = None) -> dict[str, list[str]]:
+    """Interface name -> its IPv4 and IPv6 addresses (psutil.net_if_addrs(), or `found` in
+    its shape), within workers.contracts.HostInfo's caps: at most MAX_INTERFACES interfaces
+    (by name order, those with an address) of at most MAX_INTERFACE_ADDRESSES addresses each;
+    a name longer than the kernel allows, or an address too long to be one, is left out. {}
+    when the system does not say. The console picks a group member's GLOO/TP/HCCL_SOCKET_IFNAME from it."""
+    if found is None:
+        try:
+            found = psutil.net_if_addrs()
+        except OSError:
+            return {}
+    families = (socket.AF_INET, socket.AF_INET6)
+    result: dict[str, list[str]] = {}
+    for name in sorted(found):
+        if len(result) >= MAX_INTERFACES:
+            break
+        if not 0 < len(name) <= IFNAME_MAX_CHARS:
+            continue
+        addresses = [
+            a.address
+            for a in found[name]
+            if a.family in families and a.address and len(a.address) <= IP_MAX_CHARS
+        ]
+        if addresses:  # an interface without an address carries no group traffic
+            result[name] = list(dict.fromkeys(addresses))[:MAX_INTERFACE_ADDRESSES]
+    return result

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from workers.contracts import EnginePhase as P
 from workers.engine import probes, process
+from workers.engine.group import member_words
 from workers.engine.state import Engine
 
 if TYPE_CHECKING:  # runner.py imports this module (Runner.adopt)
@@ -15,7 +16,8 @@ if TYPE_CHECKING:  # runner.py imports this module (Runner.adopt)
 
 def adopt(runner: Runner, engine: Engine) -> None:
     """Take over an engine read from its state file, and report what it is now:
-    its process alive (same pid AND create time) -> supervised again, phase from a probe;
+    its process alive (same pid AND create time) -> supervised again, phase from a probe
+    (a group's follower, which serves no HTTP: ready, by its process alone);
     crash-loop recorded -> still crash-loop; otherwise failed ("engine gone while the
     agent was down") and the restart policy. Never starts a process itself."""
     engine.health = runner.tracker()
@@ -29,6 +31,11 @@ def adopt(runner: Runner, engine: Engine) -> None:
         # the port is not required (pid + create time already identify it): vLLM binds the
         # port early but listens only once the model is loaded.
         engine.adopted = True
+        if engine.spec.follower and engine.spec.group is not None:  # headless: no port
+            words = member_words(engine.spec.group)
+            engine.set_phase(P.READY, f"re-adopted after an agent restart ({words} alive)")
+            runner.emit(engine)
+            return
         port = engine.spec.port
         where = f"on port {port}" if process.uses_port(proc, port) else f"not yet on port {port}"
         engine.set_phase(

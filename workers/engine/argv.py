@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from workers.contracts import EngineSpec
+from workers.engine import group as engine_group
 from workers.engine.numa import numa_prefix
 from workers.engine_settings import settings_argv
 
@@ -71,12 +72,24 @@ def build_argv(spec: EngineSpec, python: str, numactl: str | None = None) -> lis
     table (workers/engine_settings.py: each set only when it says so), then spec.extra_args
     (already checked against vLLM's flags by the console). With spec.numa_nodes, all of it
     runs under `numactl --cpunodebind=N --membind=N` (`numactl`: its path, checked by
-    workers/engine/numa.py binding_refusal before a start)."""
+    workers/engine/numa.py binding_refusal before a start).
+
+    A member of a group (spec.group, workers/engine/group.py) runs vLLM's CLI, `-m
+    vllm.entrypoints.cli.main serve <model_path>`, as the recipe runs `vllm serve` on every
+    host (only the CLI knows --headless); the leader (rank 0) alone gets --host/--port, as it
+    alone serves the API; the group's flags follow the settings, then extra_args."""
     argv = numa_prefix(spec.numa_nodes, numactl or "numactl")
-    argv += [python, "-m", VLLM_MODULE, "--model", spec.model_path]
+    if spec.group is None:
+        argv += [python, "-m", VLLM_MODULE, "--model", spec.model_path]
+    else:
+        argv += [python, "-m", engine_group.CLI_MODULE, "serve", spec.model_path]
     argv += ["--served-model-name", spec.served_model_name]
-    argv += ["--host", spec.host, "--port", str(spec.port)]
-    return argv + settings_argv(spec, spec.device) + list(spec.extra_args)
+    if not spec.follower:
+        argv += ["--host", spec.host, "--port", str(spec.port)]
+    argv += settings_argv(spec, spec.device)
+    if spec.group is not None:
+        argv += engine_group.group_argv(spec.group)
+    return argv + list(spec.extra_args)
 
 
 def _allowed(name: str) -> bool:
@@ -94,8 +107,9 @@ def build_env(
 ) -> dict[str, str]:
     """The engine's environment. Order (later wins): allow-listed agent variables, the CANN
     environment (path lists merged, CANN first), device selection, the offline/no-telemetry
-    switches, then spec.extra_env (already checked by name by the console), then the
-    replica key as VLLM_API_KEY (only the spec's; never in argv).
+    switches, then spec.extra_env (already checked by name by the console), then a group
+    member's network variables (workers/engine/group.py group_env), then the replica key as
+    VLLM_API_KEY (only the spec's; never in argv).
 
     device "npu": ASCEND_RT_VISIBLE_DEVICES = the spec's NPU ids (the agent's own value is
     never inherited). device "cpu": no ASCEND_RT_VISIBLE_DEVICES, VLLM_CPU_KVCACHE_SPACE
@@ -111,6 +125,15 @@ def build_env(
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env.update(ALWAYS)
     env.update(spec.extra_env)
+    if spec.group is not None:
+        # After extra_env, so these win: HCCL_IF_IP and the *_SOCKET_IFNAME are this host's
+        # own address and interface, which the console took from this agent's report. A
+        # deployment's extra_env is one map for every member; an HCCL_IF_IP or an interface
+        # name set there would be right on one host at most and would point every other
+        # member's Gloo/HCCL at an address it does not hold (an init that hangs until the
+        # timeout). The A2 intra-server switches come with the placement's fabric too. Other
+        # HCCL_* (timeouts, buffer sizes) stay the user's to set.
+        env.update(engine_group.group_env(spec.group))
     # The replica key goes to vLLM by environment only: argv is shown to viewers (the log
     # header, `ps`), the environment is not. vLLM 0.32 (entrypoints/serve/middleware/
     # register.py) takes `--api-key` or else VLLM_API_KEY and then requires

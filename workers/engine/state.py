@@ -100,7 +100,7 @@ class Engine:
             phase=self.phase,
             reason=clip(self.reason, REASON_MAX_CHARS),
             pid=self.pid,
-            port=self.spec.port,
+            port=None if self.spec.follower else self.spec.port,  # a follower serves none
             exit_code=self.exit_code,
             signal=self.signal,
             restarts=self.restarts,

@@ -41,8 +41,9 @@ DEFAULT_PHASE_TIMEOUTS = {EnginePhase.STARTING: 120.0, EnginePhase.LOADING: 900.
 class Supervisor:
     """Runs engines from `EngineSpec`s and reports every phase change through `report`.
 
-    python: the interpreter that runs `-m vllm.entrypoints.openai.api_server` (tests pass
-    one whose PYTHONPATH holds a fake vLLM). cann_env: the CANN variables for NPU engines;
+    python: the interpreter that runs `-m vllm.entrypoints.openai.api_server` (a group
+    member: `-m vllm.entrypoints.cli.main serve`; tests pass one whose PYTHONPATH holds a
+    fake vLLM). cann_env: the CANN variables for NPU engines;
     None = source `set_env_path` once (absent file: none), {} = none. base_env: the agent
     environment the engine's allow-list reads (default os.environ). engine_host: the address
     NPU engines bind to instead of their spec's host (AgentConfig.engine_host); None = read
@@ -117,7 +118,9 @@ class Supervisor:
         returns the current report and changes nothing (whatever its phase, crash-loop
         included: retrying needs a new generation); an older generation is ignored; a newer
         one stops the old engine first (blocking). Refused — phase failed, no process, not
-        kept — when the model path has no config.json or the port is taken."""
+        kept — when the model path has no config.json or the port is taken (never checked for
+        a group's follower, which binds no port). A group member is started the same way: the
+        console restarts a group by sending every member a new generation."""
         spec = self._bind(spec)
         with self._lock_for(spec.replica_id):
             current = self._engines.get(spec.replica_id)
@@ -229,11 +232,12 @@ class Supervisor:
             return self._locks.setdefault(replica_id, threading.RLock())
 
     def _ports_in_use(self, replica_id: int) -> dict[int, int]:
+        """API port -> replica of the other engines (a group's follower binds none)."""
         with self._guard:
             return {
                 e.spec.port: e.replica_id
                 for e in self._engines.values()
-                if e.replica_id != replica_id
+                if e.replica_id != replica_id and not e.spec.follower
             }
 
     def _stop_locked(self, engine: Engine, reason: str) -> None:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def no_dispatch(monkeypatch):
     monkeypatch.setattr("console.deployments.reconcile.dispatch_start", lambda r: None)
-    monkeypatch.setattr("console.deployments.reconcile.dispatch_stop", lambda *a: None)
+    monkeypatch.setattr("console.deployments.reconcile.dispatch_stop_replica", lambda r: None)
 
 
 @pytest.fixture

