@@ -106,6 +106,7 @@ def deployment_detail(request, name: str):
     except Exception:  # noqa: BLE001 - Redis down: the page still renders
         metrics = {}
     for r in replicas:
+        r.group_members = _members(r) if dep.nodes_per_replica > 1 else []
         r.live_metrics = metrics.get(r.pk, {})
         try:
             r.charts = engine_charts(r.pk) if r.state in ("ready", "unhealthy") else []
@@ -118,6 +119,15 @@ def deployment_detail(request, name: str):
     }
     template = "deployments/detail.html#live" if request.htmx else "deployments/detail.html"
     return render(request, template, context)
+
+
+def _members(replica: Replica) -> list:
+    """A multi-host replica's members, each with the NPUs it holds on its host."""
+    chips = [a.accelerator for a in replica.allocations.all()]
+    members = list(replica.members.select_related("node").order_by("rank"))
+    for m in members:
+        m.npus = sorted(c.npu_id for c in chips if c.node_id == m.node_id)
+    return members
 
 
 @require_POST

@@ -280,3 +280,15 @@ def test_a_failing_preflight_blocks_the_start_until_an_override_is_given(actor, 
     assert replica.state == "scheduled"
     event = replica.events.get(to_state="scheduled")
     assert "preflight overridden: links checked by hand, ticket 42" in event.reason
+
+
+def test_the_replica_card_lists_its_members(actor, fake_inspect, sent, operator_client):
+    host("a1", "10.0.1.1")
+    host("a2", "10.0.1.2")
+    replica = start_group(actor)
+    leader, follower = groups.members(replica)
+    report(replica, follower.node.name, "ready", pid=4242)
+    body = operator_client.get("/deployments/ds/").content.decode()
+    assert 'data-testid="replica-members"' in body
+    assert "headless" in body and "4242" in body and f"DP RPC {replica.rpc_port}" in body
+    assert "over 2 hosts" in body and "0,1,2,3,4,5,6,7" in body
