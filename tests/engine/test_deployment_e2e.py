@@ -175,10 +175,11 @@ def test_deploy_serve_crash_restart_readopt_and_stop(
             assert complete(replica, prompt)["choices"][0]["text"]
         agent = start_agent(redis_url, token, tmp_path, name=NODE, engine_python=engine_python)
         wait_for(lambda: "re-adopted 1 engine" in agent.output(), 60, message="re-adoption")
-        engines = [
+        engines = [  # this test's engines only: other programs may run engines here too
             p
             for p in psutil.process_iter(["cmdline"])
             if "vllm.entrypoints.openai.api_server" in " ".join(p.info["cmdline"] or [])
+            and str(tiny_model) in " ".join(p.info["cmdline"] or [])
         ]
         assert [p.pid for p in engines if p.ppid() == 1 or p.pid == serving_pid] == [serving_pid]
         replica = replica_in("ready", 30, "the re-adopted engine", fail_on=("crash-loop",))
