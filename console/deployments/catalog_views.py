@@ -24,12 +24,14 @@ def catalog_page(request):
 
 
 def _initial(spec: dict) -> dict:
-    """Spec values as the form's text fields hold them."""
+    """Spec values as the form's fields hold them (a checkbox: "on" or empty)."""
     import shlex
 
     initial = {k: "" if v is None else v for k, v in spec.items()}
     initial["extra_args"] = shlex.join(spec.get("extra_args") or [])
-    initial["enforce_eager"] = "on" if spec.get("enforce_eager") else ""
+    for key, value in spec.items():  # checkboxes: enforce_eager, enable_expert_parallel
+        if isinstance(value, bool):
+            initial[key] = "on" if value else ""
     return initial
 
 

@@ -175,8 +175,15 @@ class CatalogPresetOut(Schema):
     why: str
     support: str | None
     note: str
-    npus: int | None
+    nodes: int | None = Field(None, description="hosts one replica spans (nodes_per_replica)")
+    npus: int | None = Field(None, description="the replica's NPUs, all hosts together")
     tensor_parallel_size: int | None
+    data_parallel_size: int | None = None
+    enable_expert_parallel: bool | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    layout: str = ""
+    hosts_note: str = Field("", description="what a replica over several hosts needs")
     dtype: str | None
     quantization: str | None
     max_model_len: int | None

@@ -128,6 +128,7 @@ def check_spec(
         quantization=spec.get("quantization") or "",
         tp=spec["tensor_parallel_size"],
         pp=spec["pipeline_parallel_size"],
+        dp=spec.get("data_parallel_size") or 1,
         max_model_len=spec.get("max_model_len"),
         gpu_memory_utilization=spec["gpu_memory_utilization"],
         hbm_total_mb=hbm,

@@ -45,6 +45,11 @@ _CONFIG_FIELDS = (
     "head_dim",  # explicit in some configs (Qwen3); else hidden_size / heads
     "kv_lora_rank",  # MLA (DeepSeek-V2/V3/R1): the KV cache holds one latent per token
     "qk_rope_head_dim",
+    # MoE sizes: with data parallel the console's estimate spreads the routed experts over
+    # TP x DP NPUs (console/deployments/estimate.py); DeepSeek-V2/V3 and Qwen-MoE name them so
+    "moe_intermediate_size",
+    "first_k_dense_replace",
+    "moe_layer_freq",
 )
 
 
