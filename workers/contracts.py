@@ -89,6 +89,10 @@ MAX_INTERFACE_ADDRESSES = 16  # IP addresses per interface there
 IFNAME_MAX_CHARS = 15  # Linux IFNAMSIZ is 16 with the NUL
 IP_MAX_CHARS = 64  # an IPv6 address with a zone ("fe80::1%eth0") fits easily
 NAME_MAX_CHARS = 256  # chip and process names, health words, vendors: short in practice
+MANIFEST_MAX_FILES = 2048  # DeepSeek-V3 has 163 weight shards and a dozen other files
+FILE_NAME_MAX_CHARS = 255  # Linux NAME_MAX
+MANIFEST_SCHEME = "npc-weights-1"  # what a manifest's checksums cover (workers/engine/manifest.py)
+SHA256_HEX = r"^[0-9a-f]{64}$"
 MAX_ID = 2**31 - 1  # ids, counts and megabytes stored in (positive) integer columns
 NODE_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 HOSTNAME = r"^[A-Za-z0-9_.-]{1,253}$"  # what gethostname() returns: a name, never a URL part
@@ -514,9 +518,37 @@ Tasks.HOST_LOG_TAIL = (
 Tasks.ENGINE_REPORT = "console.engine_report"  # (report: EngineReport)
 
 
+class ManifestFile(BaseModel):
+    """One file of a model directory as workers/engine/manifest.py read it: its size and the
+    checksums its kind gets (`sha256` of a whole small file; `header_sha256` and
+    `sample_sha256` of a weight file)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(..., min_length=1, max_length=FILE_NAME_MAX_CHARS)
+    bytes: Annotated[int, Field(ge=0, le=2**63 - 1)]
+    sha256: str | None = Field(None, pattern=SHA256_HEX)
+    header_sha256: str | None = Field(None, pattern=SHA256_HEX)
+    sample_sha256: str | None = Field(None, pattern=SHA256_HEX)
+
+
+class WeightsManifest(BaseModel):
+    """What the console compares across the members of a multi-host replica: `digest` covers
+    every file; `files` lists at most MANIFEST_MAX_FILES of them, in name order."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    scheme: str = Field(..., max_length=64)
+    digest: str = Field(..., pattern=SHA256_HEX)
+    files_total: Count
+    files: list[ManifestFile] = Field(..., max_length=MANIFEST_MAX_FILES)
+
+
 class InspectionReport(BaseModel):
     """The agent's answer to one model inspection the console recorded (ModelInspection):
-    what workers/engine/inspect.py read, with the path it was asked about."""
+    what workers/engine/inspect.py read, with the path it was asked about. Its `manifest`
+    (an agent older than this contract sends none) is checked against WeightsManifest and kept as
+    validated (unknown fields dropped)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -524,6 +556,14 @@ class InspectionReport(BaseModel):
     inspection_id: Annotated[int, Field(ge=1, le=2**63 - 1)]
     path: str = Field(..., max_length=PATH_MAX_CHARS)
     result: dict[str, Any]
+
+    @field_validator("result")
+    @classmethod
+    def _manifest(cls, result: dict[str, Any]) -> dict[str, Any]:
+        if result.get("manifest") is None:
+            return result
+        manifest = WeightsManifest.model_validate(result["manifest"])
+        return {**result, "manifest": manifest.model_dump(exclude_none=True)}
 
 
 # --- engine logs (console/logs, workers/engine/shipper.py) --------------------------------

@@ -15,7 +15,10 @@ flags and variables that makes), and keeps the group's state from its members' r
 - stop goes to every member; the replica is stopped (and its NPUs and ports on every host
   freed) only when every member has said so;
 - a member's node going offline makes the replica `unknown` (services.node_went_offline):
-  healthy members are never torn down on a lost heartbeat alone.
+  healthy members are never torn down on a lost heartbeat alone;
+- before a group is dispatched, every member's agent has read the model and the manifests
+  (workers/engine/manifest.py: sizes, whole-file checksums of the small files, header and
+  sampled-window checksums of the weights) are the same (check_weights).
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ from datetime import timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from console.deployments.models import Replica, ReplicaEvent, ReplicaMember, ReplicaState
+from console.deployments.models import (
+    InspectionStatus,
+    Replica,
+    ReplicaEvent,
+    ReplicaMember,
+    ReplicaState,
+)
 from console.inventory.models import Node
 from workers.contracts import EnginePhase
 from workers.engine.group import GroupSpec, interface_of
@@ -51,6 +60,11 @@ class PreflightFailed(Exception):
     """The NPU-network preflight of the chosen hosts fails and no override is given."""
 
 
+class WeightsUnconfirmed(Exception):
+    """The members' copies of the model are not known to be the same: an inspection is still
+    pending or was refused, an agent sends no manifest, or the manifests differ."""
+
+
 def check_preflight(replica: Replica) -> str:
     """The NPU-network preflight (preflight.py) of the placed hosts: raises PreflightFailed
     with every failing finding unless the deployment gives an override reason; returns what
@@ -72,6 +86,95 @@ def check_preflight(replica: Replica) -> str:
     if decision.reasons:
         log.warning("replica %s: %s", replica, decision.record)
     return decision.record
+
+
+MAX_SHOWN = 3  # differences named in the reason (state_reason holds 500 characters)
+
+
+def check_weights(replica: Replica) -> None:
+    """Raise WeightsUnconfirmed unless every member's agent read the same model at the
+    deployment's path: each manifest is compared with the leader's, and the reason names the
+    node and the file. Never waits on an agent: an ask is sent when the transaction commits
+    and a later reconcile pass reads the answer (console/deployments/inspection.py)."""
+    found = member_manifests(replica)
+    (leader, reference), others = found[0], found[1:]
+    problems = [p for name, m in others for p in manifest_differences(leader, reference, name, m)]
+    if problems:
+        shown = "; ".join(problems[:MAX_SHOWN])
+        more = f"; and {len(problems) - MAX_SHOWN} more" if len(problems) > MAX_SHOWN else ""
+        raise WeightsUnconfirmed(
+            f"the model at {replica.deployment.model_path} is not the same on every member: "
+            f"{shown}{more}"
+        )
+
+
+def member_manifests(replica: Replica) -> list[tuple[str, dict]]:
+    """(node name, manifest) per member, leader first, from each node's model inspection
+    (a fresh answer, or a new ask). Raises WeightsUnconfirmed while one is pending (every
+    node is asked in the same pass), refused, or carries no manifest."""
+    from console.deployments import inspection
+
+    path = replica.deployment.model_path
+    asked = [(m.node.name, inspection.request(m.node, path)) for m in members(replica)]
+    pending = [name for name, record in asked if record.status == InspectionStatus.PENDING]
+    if pending:
+        raise WeightsUnconfirmed(f"waiting for the model inspection on {', '.join(pending)}")
+    found = []
+    for name, record in asked:
+        if record.status == InspectionStatus.FAILED:
+            raise WeightsUnconfirmed(f"node {name}: {record.error}")
+        manifest = (record.info or {}).get("manifest")
+        if not isinstance(manifest, dict):
+            raise WeightsUnconfirmed(
+                f"node {name}: its agent sends no manifest of the model's files (an older "
+                "agent): upgrade it so the members' weights can be compared"
+            )
+        found.append((name, manifest))
+    return found
+
+
+def manifest_differences(a_name: str, a: dict, b_name: str, b: dict) -> list[str]:
+    """What differs between node a's and node b's manifests, one sentence per file (both
+    already validated by workers.contracts.WeightsManifest)."""
+    if a["scheme"] != b["scheme"]:
+        return [
+            f"nodes {a_name} and {b_name} checksum differently ({a['scheme']} vs "
+            f"{b['scheme']}): run the same agent version on both"
+        ]
+    if a["digest"] == b["digest"]:
+        return []
+    files_a = {f["name"]: f for f in a["files"]}
+    files_b = {f["name"]: f for f in b["files"]}
+    # a list cut at MANIFEST_MAX_FILES says nothing about names past its last one
+    cut = [m["files"][-1]["name"] for m in (a, b) if m["files_total"] > len(m["files"])]
+    horizon = min(cut) if cut else None
+    out = []
+    for name in sorted(files_a.keys() | files_b.keys()):
+        if horizon is not None and name > horizon:
+            break
+        fa, fb = files_a.get(name), files_b.get(name)
+        if fa is None or fb is None:
+            lacking, holding = (a_name, b_name) if fa is None else (b_name, a_name)
+            out.append(f"node {lacking}: file {name} is missing (node {holding} has it)")
+        elif what := _file_difference(fa, fb):
+            out.append(f"node {b_name}: file {name} differs ({what}) from node {a_name}")
+    return out or [
+        f"node {b_name}: the model's files differ from node {a_name}'s past the "
+        f"{len(files_a)} listed"
+    ]
+
+
+def _file_difference(a: dict, b: dict) -> str:
+    if a["bytes"] != b["bytes"]:
+        return f"size {b['bytes']:,} vs {a['bytes']:,} bytes"
+    for key, what in (
+        ("sha256", "checksum"),
+        ("header_sha256", "safetensors header checksum"),
+        ("sample_sha256", "checksum of the sampled bytes"),
+    ):
+        if a.get(key) != b.get(key):
+            return what
+    return ""
 
 
 def is_group(replica: Replica) -> bool:

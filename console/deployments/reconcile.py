@@ -208,16 +208,19 @@ def _schedule(dep: Deployment, replica: Replica, latest: dict) -> int:
 
 
 def _group_ready_to_start(replica: Replica) -> str | None:
-    """Every member's host has reported what its place in the group needs and the NPU-network
-    preflight passes (or is overridden: what to record is returned); if not (None), the gang's
-    hold is released again and the replica waits, saying why (checked each pass)."""
+    """Every member's host has reported what its place in the group needs, the NPU-network
+    preflight passes (or is overridden: what to record is returned) and every member's agent
+    read the same model; if not (None), the gang's hold is released again and the replica
+    waits, saying why (checked each pass)."""
     replica.refresh_from_db(fields=["rpc_port"])
     try:
         leader = groups.members(replica)[0]
         for member in groups.members(replica):
             groups.group_spec(replica, member, leader)
-        return groups.check_preflight(replica)
-    except (groups.NoNetworkFacts, groups.PreflightFailed) as exc:
+        preflight = groups.check_preflight(replica)
+        groups.check_weights(replica)
+        return preflight
+    except (groups.NoNetworkFacts, groups.PreflightFailed, groups.WeightsUnconfirmed) as exc:
         scheduler.release(replica)
         Replica.objects.filter(pk=replica.pk).update(node=None, state_reason=str(exc)[:500])
         return None

@@ -139,7 +139,10 @@ def check_spec(
             "(max 0.99) or use more NPUs (TP)",
             field="gpu_memory_utilization",
         )
-    spec["model_info"], spec["estimate"] = info, est
+    # the manifest (checksums per file) is for comparing hosts (groups.check_weights, read
+    # from the inspection record), not for the deployment's row and API
+    spec["model_info"] = {k: v for k, v in info.items() if k != "manifest"}
+    spec["estimate"] = est
     _check_torch_build(node)
     return CheckedSpec(fields=spec, node=node)
 

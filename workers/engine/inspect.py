@@ -8,6 +8,10 @@ Answers are kept in memory per (directory, fingerprint): the fingerprint digests
 (inode, mtime, size) of the directory and of every file an inspection reads (config.json,
 indexes, weight files, tokenizer files), so asking again about an unchanged model costs a few
 stat() calls, and any changed, added, removed or replaced file is read afresh.
+
+A readable model's answer carries the `manifest` of its files (sizes and checksums,
+workers/engine/manifest.py says exactly which bytes), cached with it: what the console
+compares across the hosts of a multi-host replica.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
+
+from workers.engine import manifest
 
 _HEADER_MAX = 100 * 1024 * 1024  # a larger "header" means a corrupt or foreign file
 _BYTES_PER_DTYPE = {
@@ -216,11 +222,9 @@ def _param_count(
 
 
 def _read_by_inspection(name: str) -> bool:
-    return (
-        name == "config.json"
-        or name in _TOKENIZER_FILES
-        or name.endswith((".safetensors", ".bin", ".index.json"))
-    )
+    """config.json, the tokenizer files, indexes and weight files, and whatever else the
+    manifest covers (generation config, chat template, remote code)."""
+    return manifest.listed(name)
 
 
 def fingerprint(directory: Path) -> tuple[str, float]:
@@ -289,6 +293,10 @@ def _inspect(directory: Path) -> dict[str, Any]:
     if problem is not None:
         return _error(problem)
     has_tokenizer = any((directory / n).is_file() for n in _TOKENIZER_FILES)
+    try:
+        files = manifest.build(directory)
+    except OSError as exc:
+        return _error(f"model path {directory}: a file cannot be read ({exc})")
     return {
         "ok": True,
         "path": str(directory),
@@ -298,4 +306,5 @@ def _inspect(directory: Path) -> dict[str, Any]:
         "param_count_source": source,
         "has_tokenizer": has_tokenizer,
         "warnings": warnings,
+        "manifest": files,
     }

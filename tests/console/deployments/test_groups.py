@@ -18,6 +18,7 @@ from console.diagnosis.models import Incident
 from console.inventory.models import Node
 from tests.console.deployments.test_scheduling import SPEC
 from tests.kit import make_node
+from workers.contracts import MANIFEST_SCHEME
 
 GROUP = SPEC | {
     "replicas": 1,
@@ -45,6 +46,16 @@ def sent(monkeypatch):
         lambda node, task, args: out.append((task, node, args[0] if args else None)),
     )
     return out
+
+
+@pytest.fixture(autouse=True)
+def same_model(monkeypatch):
+    """Every member's agent read the same model (the comparison itself, with the agents'
+    real inspections: test_group_weights.py)."""
+    same = {"scheme": MANIFEST_SCHEME, "digest": "0" * 64, "files_total": 0, "files": []}
+    monkeypatch.setattr(
+        groups, "member_manifests", lambda r: [(m.node.name, same) for m in groups.members(r)]
+    )
 
 
 def host(name: str, address: str, npus: int = 8, **labels) -> Node:

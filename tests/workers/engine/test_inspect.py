@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
 from types import SimpleNamespace
 
 import pytest
+from pydantic import ValidationError
 
-from workers.contracts import InspectionReport, Tasks
-from workers.engine import inspect
+from workers.contracts import MANIFEST_MAX_FILES, MANIFEST_SCHEME, InspectionReport, Tasks
+from workers.engine import inspect, manifest
 from workers.engine.inspect import inspect_model
 
 CONFIG = {
@@ -211,3 +213,125 @@ def test_the_agent_answers_an_inspection_on_the_inbox(model):
     ]
     InspectionReport.model_validate(sent[0][1])  # what the console's inbox checks
     assert handler(str(model))["ok"] and len(sent) == 1
+
+
+# --- the manifest: what the console compares across a multi-host replica's members ----------
+def test_the_manifest_lists_every_file_read_with_its_checksums(model):
+    (model / "generation_config.json").write_text("{}")
+    (model / "README.md").write_text("not compared")
+    found = inspect_model(str(model))["manifest"]
+    entries = {f["name"]: f for f in found["files"]}
+    assert list(entries) == [
+        "config.json",
+        "generation_config.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "tokenizer.json",
+    ]
+    assert found["scheme"] == MANIFEST_SCHEME and found["files_total"] == 5
+    config = (model / "config.json").read_bytes()
+    assert entries["config.json"] == {
+        "name": "config.json",
+        "bytes": len(config),
+        "sha256": hashlib.sha256(config).hexdigest(),
+    }
+    raw = (model / "model-00002-of-00002.safetensors").read_bytes()
+    end = 8 + struct.unpack("<Q", raw[:8])[0]
+    assert entries["model-00002-of-00002.safetensors"] == {
+        "name": "model-00002-of-00002.safetensors",
+        "bytes": len(raw),
+        "header_sha256": hashlib.sha256(raw[:end]).hexdigest(),
+        "sample_sha256": hashlib.sha256(raw[end:]).hexdigest(),  # under 3 MiB: all of it
+    }
+    InspectionReport.model_validate(
+        {"node": "kp-01", "inspection_id": 1, "path": str(model), "result": {"manifest": found}}
+    )
+
+
+def _flip(path, offset):
+    raw = bytearray(path.read_bytes())
+    raw[offset] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        pytest.param(
+            lambda m: write_safetensors(m / "model-00002-of-00002.safetensors", {"a": [64, 64]}),
+            "bytes",
+            id="shard-size",
+        ),
+        pytest.param(  # "FP16" is as long as "BF16": the same size, another header
+            lambda m: write_safetensors(
+                m / "model-00002-of-00002.safetensors", {"a": [64, 128], "b": [64]}, "FP16"
+            ),
+            "header_sha256",
+            id="shard-header",
+        ),
+        pytest.param(
+            lambda m: _flip(m / "model-00002-of-00002.safetensors", -1),
+            "sample_sha256",
+            id="shard-data",
+        ),
+    ],
+)
+def test_a_changed_shard_changes_its_entry_and_the_digest(model, change, key):
+    before = inspect_model(str(model))["manifest"]
+    change(model)
+    after = inspect_model(str(model))["manifest"]
+    assert after["digest"] != before["digest"]
+    old, new = before["files"][2], after["files"][2]
+    assert old["name"] == new["name"] == "model-00002-of-00002.safetensors"
+    assert old[key] != new[key]
+
+
+def test_only_the_sampled_windows_of_a_large_shard_are_read(tmp_path):
+    """The documented limit: a flipped byte outside the first, middle and last MiB of the
+    data of a shard of unchanged size and header is not caught."""
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    shard = tmp_path / "model.safetensors"
+    write_safetensors(shard, {"w": [2_200_000]})  # 4.4 MB of data
+    end = 8 + struct.unpack("<Q", shard.read_bytes()[:8])[0]
+    before = inspect_model(str(tmp_path))["manifest"]
+    _flip(shard, end + 1_200_000)  # past the first MiB, before the middle one
+    assert inspect_model(str(tmp_path))["manifest"] == before
+    _flip(shard, end + 2_200_000)  # inside the middle MiB
+    assert inspect_model(str(tmp_path))["manifest"]["digest"] != before["digest"]
+
+
+def test_the_manifest_is_cached_with_the_inspection(model, reads):
+    first = inspect_model(str(model))["manifest"]
+    assert inspect_model(str(model))["manifest"] == first and len(reads) == 1
+    (model / "chat_template.jinja").write_text("{{ messages }}")  # a file it covers: read again
+    again = inspect_model(str(model))["manifest"]
+    assert len(reads) == 2 and "chat_template.jinja" in {f["name"] for f in again["files"]}
+
+
+def test_a_manifest_past_the_cap_lists_the_first_files_and_digests_them_all(model, monkeypatch):
+    monkeypatch.setattr(manifest, "MANIFEST_MAX_FILES", 2)
+    before = manifest.build(model)
+    assert before["files_total"] == 4 and [f["name"] for f in before["files"]] == [
+        "config.json",
+        "model-00001-of-00002.safetensors",
+    ]
+    (model / "tokenizer.json").write_text('{"a": 1}')  # past the listed two
+    assert manifest.build(model)["digest"] != before["digest"]
+
+
+def test_the_contract_caps_the_manifest_and_keeps_only_what_it_knows(model):
+    found = inspect_model(str(model))
+    report = {"node": "kp-01", "inspection_id": 1, "path": str(model)}
+    extra = dict(found, manifest=dict(found["manifest"], planted="x" * 10_000))
+    stored = InspectionReport.model_validate({**report, "result": extra}).result
+    assert stored["manifest"] == found["manifest"]
+    too_many = [found["manifest"]["files"][0]] * (MANIFEST_MAX_FILES + 1)
+    with pytest.raises(ValidationError, match=f"at most {MANIFEST_MAX_FILES} items"):
+        InspectionReport.model_validate(
+            {**report, "result": dict(found, manifest=dict(found["manifest"], files=too_many))}
+        )
+    bad = dict(found["manifest"]["files"][0], sha256="not-hex")
+    with pytest.raises(ValidationError, match="sha256"):
+        InspectionReport.model_validate(
+            {**report, "result": dict(found, manifest=dict(found["manifest"], files=[bad]))}
+        )
