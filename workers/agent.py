@@ -23,8 +23,8 @@ import psutil
 import redis
 from pydantic import ValidationError
 
-from workers import channel
-from workers.accelerators import default_providers, probe_all
+from workers import channel, netprobe
+from workers.accelerators import default_providers, hccn, probe_all
 from workers.accelerators.base import ProviderResult
 from workers.accelerators.process import kill_running_tools
 from workers.checks import run_checks
@@ -34,6 +34,7 @@ from workers.contracts import (
     EngineReport,
     EngineSpec,
     Heartbeat,
+    NetProbeRequest,
     Tasks,
     describe,
 )
@@ -267,7 +268,18 @@ def command_handlers(agent: Agent) -> dict:
             agent.send(Tasks.MODEL_INSPECTION, {**report, "path": path, "result": result})
         return result
 
+    def net_probe(probe_id: int, targets: list) -> list[dict]:
+        """Reach the peers of a multi-host replica (workers/netprobe.py): validated first
+        (IP addresses only, ports in range, at most MAX_PROBE_TARGETS), answered on the
+        inbox within about netprobe.BUDGET_S."""
+        asked = NetProbeRequest.model_validate({"probe_id": probe_id, "targets": targets})
+        results = netprobe.run_probes(asked.targets, tool=hccn.resolve_tool(agent.config.hccn_tool))
+        report = {"node": agent.config.node_name, "probe_id": asked.probe_id}
+        agent.send(Tasks.NET_PROBE, {**report, "results": results})
+        return results
+
     return {
+        Tasks.HOST_NET_PROBE: net_probe,
         Tasks.HOST_RUN_CHECKS: lambda run_id=None: agent.report_checks(run_id, "on-demand"),
         Tasks.HOST_START_REPLICA: start_replica,
         Tasks.HOST_STOP_REPLICA: lambda replica_id, generation=None: agent.supervisor.stop(

@@ -566,6 +566,85 @@ class InspectionReport(BaseModel):
         return {**result, "manifest": manifest.model_dump(exclude_none=True)}
 
 
+# --- network probes between the members of a multi-host replica (console/deployments/netprobe.py)
+# (probe_id, targets) -> the agent answers with a NET_PROBE message on the inbox (NetProbeReport)
+Tasks.HOST_NET_PROBE = "host.net_probe"
+Tasks.NET_PROBE = "console.net_probe"  # (report: NetProbeReport)
+MAX_PROBE_TARGETS = 64  # a member of a 4-host A3 group pings 3 peers x 16 NPUs, plus one port
+PROBE_DETAIL_MAX_CHARS = 500
+PROBE_KINDS = ("npu-ping", "port")
+
+
+def _probe_address(value: object) -> str:
+    """An IP address written canonically: never a name (nothing is resolved) nor an option
+    (it goes into hccn_tool's argv), nor a zoned IPv6 address."""
+    if not isinstance(value, str) or "%" in value:
+        raise ValueError("must be an IP address")
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise ValueError("must be an IP address") from None
+
+
+class ProbeTarget(BaseModel):
+    """One thing a member checks towards a peer: `npu-ping` (hccn_tool -i npu -ping, or
+    -hccs_ping when hccs, towards a peer NPU's address) or `port` (a TCP connect to
+    address:port). Sent by the console: unknown fields are refused, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(..., pattern=r"^(npu-ping|port)$")
+    address: str = Field(..., max_length=IP_MAX_CHARS)
+    npu: Annotated[int, Field(ge=0, lt=MAX_CHIPS)] | None = None
+    port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    hccs: bool = False
+
+    @field_validator("address", mode="before")
+    @classmethod
+    def _ip_only(cls, value: object) -> str:
+        return _probe_address(value)
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> ProbeTarget:
+        if self.kind == "npu-ping" and (self.npu is None or self.port is not None):
+            raise ValueError("an npu-ping target names an npu and no port")
+        if self.kind == "port" and (self.port is None or self.npu is not None or self.hccs):
+            raise ValueError("a port target names a port, no npu and no hccs")
+        return self
+
+    def key(self) -> tuple:
+        return (self.kind, self.address, self.npu, self.port, self.hccs)
+
+
+class NetProbeRequest(BaseModel):
+    """The arguments of host.net_probe, as the agent validates them before running any."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    probe_id: Annotated[int, Field(ge=1, le=2**63 - 1)]
+    targets: list[ProbeTarget] = Field(..., min_length=1, max_length=MAX_PROBE_TARGETS)
+
+
+class ProbeTargetResult(ProbeTarget):
+    """A target and what the agent saw: ok, and the evidence in one line."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    ok: bool
+    detail: str = Field("", max_length=PROBE_DETAIL_MAX_CHARS)
+
+
+class NetProbeReport(BaseModel):
+    """The agent's answer to one network probe the console recorded (NetProbe): one result
+    per target asked."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    node: str = Field(..., pattern=NODE_NAME)
+    probe_id: Annotated[int, Field(ge=1, le=2**63 - 1)]
+    results: list[ProbeTargetResult] = Field(..., max_length=MAX_PROBE_TARGETS)
+
+
 # --- engine logs (console/logs, workers/engine/shipper.py) --------------------------------
 Tasks.LOG_LINES = "console.log_lines"  # (batch: LogBatch) idempotent per line number
 

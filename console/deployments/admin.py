@@ -3,6 +3,7 @@ from django.contrib import admin
 from console.deployments.models import (
     Deployment,
     ModelInspection,
+    NetProbe,
     NpuAllocation,
     Replica,
     ReplicaEvent,
@@ -65,6 +66,17 @@ class ModelInspectionAdmin(admin.ModelAdmin):
     list_display = ["requested_at", "node", "path", "status", "answered_at"]
     list_filter = ["status"]
     search_fields = ["path"]
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(NetProbe)
+class NetProbeAdmin(admin.ModelAdmin):
+    """Read-only: written by the console's ask and the agent's answer."""
+
+    list_display = ["requested_at", "replica", "node", "status", "answered_at"]
+    list_filter = ["status"]
 
     def has_change_permission(self, request, obj=None):
         return False

@@ -18,13 +18,18 @@ flags and variables that makes), and keeps the group's state from its members' r
   healthy members are never torn down on a lost heartbeat alone;
 - before a group is dispatched, every member's agent has read the model and the manifests
   (workers/engine/manifest.py: sizes, whole-file checksums of the small files, header and
-  sampled-window checksums of the weights) are the same (check_weights).
+  sampled-window checksums of the weights) are the same (check_weights);
+- then the members reach each other (check_connectivity, NPU groups only): each member pings
+  its peers' NPUs (same-numbered NPUs: NPU i of one host to NPU i of every other) and each
+  follower checks the leader's DP RPC port (console/deployments/netprobe.py,
+  workers/netprobe.py).
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.db.models import Q
 from django.utils import timezone
@@ -40,6 +45,9 @@ from console.inventory.models import Node
 from workers.contracts import EnginePhase
 from workers.engine.group import GroupSpec, interface_of
 from workers.engine.policy import backoff_delay
+
+if TYPE_CHECKING:
+    from console.deployments.preflight import MemberFacts
 
 log = logging.getLogger(__name__)
 S = ReplicaState
@@ -86,6 +94,108 @@ def check_preflight(replica: Replica) -> str:
     if decision.reasons:
         log.warning("replica %s: %s", replica, decision.record)
     return decision.record
+
+
+class ProbesPending(WeightsUnconfirmed):
+    """A member's agent has not answered its network probe yet (waits like the weights)."""
+
+
+def probe_targets(
+    own: MemberFacts,
+    own_fabric: str,
+    peers: list[tuple[str, str, MemberFacts]],
+    port: tuple[str, str, int] | None,
+) -> list[tuple[str, dict]]:
+    """(peer node, workers.contracts.ProbeTarget) for one member. Pings: for each local NPU
+    i, the peer's NPU i only (HCCL's hierarchical algorithms talk between same-numbered NPUs
+    across hosts; every pair would be 16x16 per peer): the peer's vNIC IP with -hccs_ping when
+    both hosts are A3 and report vNIC IPs, else its NPU IP with -ping. At most
+    MAX_PROBE_TARGETS - 1 pings (the first peers' first NPUs), then `port`: (leader node,
+    address, DP RPC port) for a follower."""
+    from workers.contracts import MAX_PROBE_TARGETS
+
+    found: list[tuple[str, dict]] = []
+    for peer, peer_fabric, facts in peers:
+        hccs = own_fabric == peer_fabric == "a3"
+        for npu in sorted(own.npu_ips.keys() | own.vnic_ips.keys()):
+            if hccs and npu in own.vnic_ips and npu in facts.vnic_ips:
+                address, use_hccs = facts.vnic_ips[npu], True
+            elif npu in own.npu_ips and npu in facts.npu_ips:
+                address, use_hccs = facts.npu_ips[npu], False
+            else:
+                continue
+            target = {"kind": "npu-ping", "npu": npu, "address": address.split("/", 1)[0]}
+            found.append((peer, target | ({"hccs": True} if use_hccs else {})))
+    found = found[: MAX_PROBE_TARGETS - 1]
+    if port is not None:
+        leader, address, number = port
+        found.append((leader, {"kind": "port", "address": address, "port": number}))
+    return found
+
+
+def check_connectivity(replica: Replica) -> str:
+    """The members reach each other (NPU groups; vllm-cpu groups talk over loopback: ""):
+    asks each member's agent to run its probe_targets (never waits: a later pass reads the
+    answers; ProbesPending meanwhile), then judges the answers with preflight.blocking and
+    the deployment's preflight_override. Raises PreflightFailed with the failing probes, or
+    returns what to record."""
+    from console.deployments import netprobe, preflight
+
+    dep = replica.deployment
+    if dep.device != "npu":
+        return ""
+    group = members(replica)
+    facts = {m.node.name: preflight.facts_for(m.node) for m in group}
+    kinds = {m.node.name: fabric(m.node, dep.device) for m in group}
+    leader = group[0]
+    asked = []
+    for m in group:
+        name = m.node.name
+        peers = [(p.node.name, kinds[p.node.name], facts[p.node.name]) for p in group if p != m]
+        port = None
+        if m.rank != leader.rank and replica.rpc_port:
+            port = (leader.node.name, _address(leader.node, dep.device), replica.rpc_port)
+        targets = probe_targets(facts[name], kinds[name], peers, port)
+        if targets:
+            asked.append(
+                (name, targets, netprobe.request(replica, m.node, [t for _, t in targets]))
+            )
+    pending = [name for name, _, probe in asked if probe.status == InspectionStatus.PENDING]
+    if pending:
+        raise ProbesPending(f"waiting for the network probes on {', '.join(pending)}")
+    findings = []
+    for name, targets, probe in asked:
+        if probe.status == InspectionStatus.FAILED:
+            findings.append(preflight.Finding("net-probe", False, name, probe.error))
+            continue
+        answers = netprobe.results_by_target(probe)
+        for peer, target in targets:
+            key = netprobe.target_key(target)
+            answer = answers.get(key) or {"ok": False, "detail": "no answer for this target"}
+            shown = (
+                f"NPU {target['npu']} -> {target['address']}"
+                if target["kind"] == "npu-ping"
+                else f"{target['address']}:{target['port']}"
+            )
+            probe_result = preflight.ProbeResult(
+                name,
+                peer,
+                target["kind"],
+                shown,
+                answer.get("ok") is True,
+                answer.get("detail", ""),
+            )
+            findings += preflight.connectivity_findings([probe_result])
+    decision = preflight.blocking(findings, dep.preflight_override)
+    if decision.blocked:
+        raise PreflightFailed(
+            "network probes between the members failed (set preflight_override with a reason "
+            "to start anyway): " + "; ".join(decision.reasons)
+        )
+    if decision.reasons:
+        log.warning("replica %s: network probes: %s", replica, decision.record)
+        return f"network probes: {decision.record}"
+    return f"network probes passed ({len(findings)})" if findings else ""
 
 
 MAX_SHOWN = 3  # differences named in the reason (state_reason holds 500 characters)

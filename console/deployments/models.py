@@ -364,3 +364,28 @@ class ModelInspection(models.Model):
 
     def __str__(self) -> str:
         return f"inspection {self.pk} of {self.path} on {self.node_id} ({self.status})"
+
+
+class NetProbe(models.Model):
+    """One ask of a member's agent to reach its peers before a multi-host replica starts
+    (host.net_probe: NPU pings and the DP RPC port) and its answer, read by a later reconcile
+    pass (console/deployments/netprobe.py, groups.check_connectivity). Written pending, then
+    once by the answer (or a timeout)."""
+
+    replica = models.ForeignKey(Replica, on_delete=models.CASCADE, related_name="net_probes")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="net_probes")
+    generation = models.PositiveIntegerField(default=0)  # the replica's, when asked
+    targets = models.JSONField(default=list)  # workers.contracts.ProbeTarget, as sent
+    status = models.CharField(
+        max_length=8, choices=InspectionStatus.choices, default=InspectionStatus.PENDING
+    )
+    results = models.JSONField(default=list, blank=True)  # ProbeTargetResult, as answered
+    error = models.TextField(blank=True)
+    requested_at = models.DateTimeField(default=timezone.now, db_index=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["replica", "node", "requested_at"])]
+
+    def __str__(self) -> str:
+        return f"net probe {self.pk} of replica {self.replica_id} on {self.node_id} ({self.status})"

@@ -9,10 +9,8 @@ the failing ones stop a dispatch. Nothing here writes: recording an override (th
 entry) is the caller's.
 
 Cross-node NPU ping (`hccn_tool -ping`, A3 `-hccs_ping`) and the reachability of the DP RPC
-and master ports need a member to run something against a peer. The agent side exists
-(hccn.ping, hccn.tcp_reachable) and connectivity_findings() judges their answers; asking the
-members to run them belongs to the group lifecycle (dispatching a multi-node group), which is
-not built yet.
+port need a member to run something against a peer: groups.check_connectivity asks the
+members (host.net_probe, workers/netprobe.py) and connectivity_findings() judges the answers.
 """
 
 from __future__ import annotations
@@ -257,7 +255,7 @@ def preflight(
 @dataclass(frozen=True)
 class ProbeResult:
     """A member's answer to "reach this peer": an NPU ping (hccn.ping) or a TCP port
-    (hccn.tcp_reachable), as the group lifecycle will collect them."""
+    (workers/netprobe.py port_reachable), as groups.check_connectivity collects them."""
 
     member: str
     peer: str

@@ -209,9 +209,9 @@ def _schedule(dep: Deployment, replica: Replica, latest: dict) -> int:
 
 def _group_ready_to_start(replica: Replica) -> str | None:
     """Every member's host has reported what its place in the group needs, the NPU-network
-    preflight passes (or is overridden: what to record is returned) and every member's agent
-    read the same model; if not (None), the gang's hold is released again and the replica
-    waits, saying why (checked each pass)."""
+    preflight passes (or is overridden: what to record is returned), every member's agent
+    read the same model and the members reach each other (network probes); if not (None),
+    the gang's hold is released again and the replica waits, saying why (checked each pass)."""
     replica.refresh_from_db(fields=["rpc_port"])
     try:
         leader = groups.members(replica)[0]
@@ -219,7 +219,8 @@ def _group_ready_to_start(replica: Replica) -> str | None:
             groups.group_spec(replica, member, leader)
         preflight = groups.check_preflight(replica)
         groups.check_weights(replica)
-        return preflight
+        network = groups.check_connectivity(replica)  # its override first: events hold 500
+        return "; ".join(r for r in (network, preflight) if r)
     except (groups.NoNetworkFacts, groups.PreflightFailed, groups.WeightsUnconfirmed) as exc:
         scheduler.release(replica)
         Replica.objects.filter(pk=replica.pk).update(node=None, state_reason=str(exc)[:500])

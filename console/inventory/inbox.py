@@ -3,9 +3,9 @@
 Every message is authenticated before anything is read from it but its header: the node's
 identity comes from the key that signed it (console/inventory/identity.py), never from the
 payload. Then NodeRestriction: a node writes only its own node record, its own NPUs, the
-replicas placed on it and the answers to model inspections asked of it. Every refusal is
-counted (`npc_node_refusals_total{reason}` on /metrics) and leaves an audit entry, at most
-one a minute per node and reason.
+replicas placed on it and the answers to model inspections and network probes asked of
+it. Every refusal is counted (`npc_node_refusals_total{reason}` on /metrics) and leaves an
+audit entry, at most one a minute per node and reason.
 
 One consumer at a time (a Redis lease): list order is seq order per node, so a replay check is
 one comparison. A batch is moved atomically to `npc:inbox:processing` and deleted only after
@@ -37,7 +37,14 @@ from console.inventory.identity import (
 )
 from console.inventory.models import Node, NodeCredential
 from workers import channel
-from workers.contracts import CheckReport, EngineReport, InspectionReport, Tasks, describe
+from workers.contracts import (
+    CheckReport,
+    EngineReport,
+    InspectionReport,
+    NetProbeReport,
+    Tasks,
+    describe,
+)
 
 log = logging.getLogger(__name__)
 PROCESSING_KEY = "npc:inbox:processing"
@@ -315,6 +322,22 @@ def _model_inspection(inbox: Inbox, node: str, kid: int, body: dict, now: float)
         )
 
 
+def _net_probe(inbox: Inbox, node: str, kid: int, body: dict, now: float) -> None:
+    """An answer to a network probe: stored only on a probe asked of this node."""
+    from console.deployments.netprobe import store_answer
+
+    report = NetProbeReport.model_validate(body)  # refused and counted ("invalid") first
+    if not store_answer(report, node=node, answered_at=datetime.fromtimestamp(now, UTC)):
+        inbox.refuse(
+            channel.Refused(
+                f"node {node} answered network probe {report.probe_id}, which was not asked of it",
+                "not-yours",
+            ),
+            b"",
+            node=node,
+        )
+
+
 def _rotated(inbox: Inbox, node: str, kid: int, body: dict, now: float) -> None:
     """The agent signs with its new credential: the superseded ones end now."""
     from console.inventory.identity import bump_version
@@ -330,6 +353,7 @@ HANDLERS: dict[str, Callable] = {
     Tasks.LOG_LINES: _log_lines,
     Tasks.CHECK_RESULTS: _check_results,
     Tasks.MODEL_INSPECTION: _model_inspection,
+    Tasks.NET_PROBE: _net_probe,
     "console.credential_rotated": _rotated,
 }
 

@@ -243,9 +243,9 @@ def ping(
     """`hccn_tool -i <npu> -ping -g address <address>` (A3 super pod, vNIC peer: hccs=True,
     `-hccs_ping`), run on this host towards a peer NPU's IP.
 
-    Agent-side only: sending it to a member for each peer belongs to the multi-node group
-    lifecycle (dispatch of a group), which is not built yet; the console's preflight turns
-    the answers into findings (console/deployments/preflight.py connectivity_findings)."""
+    Run by host.net_probe (workers/netprobe.py) before a multi-host replica starts; the
+    console's preflight turns the answers into findings (console/deployments/preflight.py
+    connectivity_findings)."""
     option = "-hccs_ping" if hccs else "-ping"
     run = runner([tool, "-i", str(npu), option, "-g", "address", address], timeout)
     result = parse_ping(f"{run.stdout}\n{run.stderr}")
@@ -262,8 +262,8 @@ class Reachability:
 
 def tcp_reachable(host: str, port: int, timeout: float = 3.0) -> Reachability:
     """Whether a TCP connection to host:port opens within `timeout` (then it is closed).
-    For the DP RPC / master ports between group members; like ping(), wiring it into a
-    group's dispatch waits for the group lifecycle."""
+    Before a group starts nothing listens on its ports: host.net_probe uses
+    workers/netprobe.py port_reachable, where a refused connection counts as reachable."""
     started = time.monotonic()
     try:
         with socket.create_connection((host, port), timeout=timeout):

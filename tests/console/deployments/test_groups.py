@@ -58,6 +58,12 @@ def same_model(monkeypatch):
     )
 
 
+@pytest.fixture(autouse=True)
+def reachable(monkeypatch):
+    """The members reach each other (the probes themselves: test_group_network.py)."""
+    monkeypatch.setattr(groups, "check_connectivity", lambda r: "")
+
+
 def host(name: str, address: str, npus: int = 8, **labels) -> Node:
     node = make_node(name, npus=npus, address=address, labels=labels)
     node.interfaces = {"lo": ["127.0.0.1"], "enp189s0f0": [f"{address}/24"]}
