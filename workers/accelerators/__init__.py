@@ -87,7 +87,7 @@ def probe_all(
     result: dict[str, Any] = {
         "collected_at": time.time(),
         "host": host_metrics(_setting(config, "disk_paths", ("/",))),
-        "versions": detect_versions(),
+        "versions": detect_versions(python=_setting(config, "engine_python", None) or None),
     }
     for provider in providers:
         result[provider.name] = provider.probe().to_dict()

@@ -66,3 +66,31 @@ def test_python_packages_come_from_metadata_without_import(monkeypatch, tmp_path
 
     found = detect_versions(tmp_path)
     assert found["pytest"] == pytest.__version__ and found["absent"] is None
+
+
+def test_packages_are_read_in_the_engines_environment(tmp_path):
+    """The agent's own python has no vLLM: a multi-host group compares what the engines run,
+    so the versions come from the engine interpreter (metadata only, nothing imported)."""
+    from workers.accelerators import versions
+
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\n"
+        'echo \'{"vllm": "0.11.0", "vllm_ascend": "0.11.0rc1", "torch": "2.7.1", '
+        '"torch_npu": "2.7.1.post1", "planted": "x"}\'\n'
+    )
+    fake.chmod(0o755)
+    versions._versions_in.cache_clear()
+    found = versions.detect_versions(tmp_path, python=str(fake))
+    assert (found["vllm"], found["vllm_ascend"], found["torch_npu"]) == (
+        "0.11.0",
+        "0.11.0rc1",
+        "2.7.1.post1",
+    )
+    assert "planted" not in found
+    broken = tmp_path / "bin" / "broken"
+    broken.write_text("#!/bin/sh\necho not-json\n")
+    broken.chmod(0o755)
+    versions._versions_in.cache_clear()  # an interpreter that cannot tell: the agent's own view
+    assert versions.package_versions(str(broken)) == versions.package_versions()
