@@ -4,7 +4,8 @@ leader serving the API and a headless follower (DP 2, one rank per host), the la
 vllm-ascend documents for DeepSeek-V3/R1 on two Atlas 800 A2 (workers/engine/group.py).
 
 API create -> gang placement -> both members start -> ready -> a completion through the
-gateway -> SIGKILL of the follower -> the whole group restarts -> ready again -> stop leaves no
+gateway -> the follower's agent SIGKILLed and started again: it re-adopts its member, the group
+goes on -> SIGKILL of the follower -> the whole group restarts -> ready again -> stop leaves no
 engine process and frees every port."""
 
 from __future__ import annotations
@@ -107,7 +108,27 @@ def test_a_replica_over_two_hosts_serves_restarts_as_a_group_and_stops_clean(
         )
         assert answer["choices"][0]["text"] is not None
 
+        # The follower's agent dies and comes back: it re-adopts its member, the group goes on
+        # (same generation, no restart) and still answers.
         generation, ports = replica.generation, (replica.port, replica.rpc_port)
+        index = NODES.index(follower.node.name)
+        os.killpg(agents[index].popen.pid, signal.SIGKILL)
+        agents[index].popen.wait()
+        agents[index].stop()
+        assert psutil.pid_exists(follower.pid)
+        agents[index] = start_agent(
+            redis_url,
+            token,
+            tmp_path / follower.node.name,
+            name=follower.node.name,
+            engine_python=engine_python,
+        )
+        wait_for(lambda: "re-adopted 1 engine" in agents[index].output(), 60, message="re-adoption")
+        for _ in range(2):
+            assert wait_for(lambda: _complete(console_web.url, raw), 60, message="an answer")
+        replica = Replica.objects.get(pk=replica.pk)
+        assert (replica.state, replica.generation, replica.restarts) == ("ready", generation, 0)
+
         os.killpg(follower.pid, signal.SIGKILL)  # the follower's whole process group
         replica = replica_where(
             lambda r: r.generation > generation and r.state == "ready",
