@@ -57,7 +57,23 @@ def incident_detail(request, incident_id: int):
         pk=incident_id,
     )
     context = {"incident": incident, "notes": incident.notes.all()}
+    context["member_logs"] = _member_logs(incident.replica)
     return render(request, "diagnosis/incident.html", context)
+
+
+def _member_logs(replica) -> list[tuple]:
+    """For a replica over several hosts: each member with the newest run of its log
+    (`gen<g>-run<n>[-rank<m>]`, console/logs), so on-call reads every host's side."""
+    if replica is None or replica.deployment.nodes_per_replica <= 1:
+        return []
+    from console.logs.services import parse_run, runs_of
+
+    runs = runs_of(replica=replica)
+    newest = {}
+    for key in runs:  # newest first
+        newest.setdefault(parse_run(key, runs).member, key)
+    members = replica.members.select_related("node").order_by("rank")
+    return [(m, newest.get(m.rank)) for m in members]
 
 
 def _back(request, incident_id: int):

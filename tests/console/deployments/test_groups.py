@@ -309,3 +309,37 @@ def test_the_replica_card_lists_its_members(actor, fake_inspect, sent, operator_
     assert 'data-testid="replica-members"' in body
     assert "headless" in body and "4242" in body and f"DP RPC {replica.rpc_port}" in body
     assert "over 2 hosts" in body and "0,1,2,3,4,5,6,7" in body
+
+
+def test_each_members_log_is_kept_apart_and_linked_from_the_incident(
+    actor, fake_inspect, sent, operator_client
+):
+    from console.logs.models import LogLine
+    from console.logs.services import ingest_batch
+
+    host("a1", "10.0.1.1")
+    host("a2", "10.0.1.2")
+    replica = start_group(actor)
+    leader, follower = (m.node.name for m in groups.members(replica))
+    for node, text in ((leader, "leader line"), (follower, "HCCL timeout on the follower")):
+        ingest_batch(
+            payload={
+                "node": node,
+                "replica_id": replica.pk,
+                "generation": replica.generation,
+                "run": 1,
+                "file": f"gen{replica.generation}-run1.log",
+                "first_line_no": 1,
+                "lines": [text],
+            }
+        )
+    lines = dict(LogLine.objects.values_list("member", "text"))
+    assert lines == {0: "leader line", 1: "HCCL timeout on the follower"}  # line 1 of both kept
+    report(replica, follower, "failed", reason="exited with code 1")
+    incident = Incident.objects.get()
+    body = operator_client.get(f"/incidents/{incident.pk}/").content.decode()
+    g = replica.generation
+    assert f"?run=gen{g}-run1-rank1" in body and f'?run=gen{g}-run1"' in body
+    page = operator_client.get(f"/replicas/{replica.pk}/logs/?run=gen{g}-run1-rank1")
+    assert "HCCL timeout on the follower" in page.content.decode()
+    assert "leader line" not in page.content.decode()
