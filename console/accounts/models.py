@@ -73,6 +73,15 @@ class ApiToken(models.Model):
         blank=True,
         help_text="served model names this token may call through the gateway; empty: all",
     )
+    parent = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="children",
+        editable=False,
+        help_text="the token that created this one; revoking it revokes this one",
+    )
 
     class Meta:
         ordering = ["-created_at"]

@@ -152,7 +152,11 @@ def create_token(
     allowed_models: list[str] | None = None,
 ) -> tuple[ApiToken, str]:
     """Create a token for `user` (default: the actor). Returns the row and the raw value,
-    which is never stored and cannot be shown again."""
+    which is never stored and cannot be shown again.
+
+    When the actor acts through a token, the new token is its child and stays within it
+    (`_within_parent`): scope no wider, models a subset (none named: the parent's), expiry
+    no later (none given: the parent's); revoking the parent revokes the child."""
     owner = user or actor.user
     if owner != actor.user:
         check_role(actor, Role.ADMIN)
@@ -167,6 +171,13 @@ def create_token(
         )
     raw = ApiToken.generate()
     with transaction.atomic():
+        parent = None
+        if actor.token is not None:
+            # Locked and re-read: a parent revoked meanwhile must not leave a live child.
+            parent = ApiToken.objects.select_for_update().get(pk=actor.token.pk)
+            if not parent.is_active():
+                raise Forbidden("this token is no longer active")
+            expires_at, models_ = _within_parent(parent, scope, expires_at, models_)
         token = ApiToken.objects.create(
             user=owner,
             name=name.strip(),
@@ -175,6 +186,7 @@ def create_token(
             scope=TokenScope(scope),
             expires_at=expires_at,
             allowed_models=models_,
+            parent=parent,
         )
         record(
             actor=actor,
@@ -184,21 +196,61 @@ def create_token(
                 "scope": token.scope,
                 "user": owner.get_username(),
                 "allowed_models": token.allowed_models,
+                "expires_at": expires_at.isoformat() if expires_at else None,
+                "parent": parent.pk if parent else None,
             },
         )
     return token, raw
 
 
+def _within_parent(
+    parent: ApiToken, scope: str, expires_at: datetime | None, models_: list[str]
+) -> tuple[datetime | None, list[str]]:
+    """The child's expiry and models, clamped to the parent's; Forbidden (naming the field)
+    for a request that asks for more than the parent holds."""
+    if scope == TokenScope.WRITE and parent.scope != TokenScope.WRITE:
+        raise Forbidden("a read-only token cannot create a write token", field="scope")
+    if parent.allowed_models:
+        outside = sorted(set(models_) - set(parent.allowed_models))
+        if outside:
+            raise Forbidden(f"this token may not use {', '.join(outside)}", field="allowed_models")
+        models_ = models_ or list(parent.allowed_models)
+    if parent.expires_at is not None:
+        if expires_at is None:
+            expires_at = parent.expires_at
+        elif expires_at > parent.expires_at:
+            raise Forbidden("a token cannot outlive the token that creates it", field="expires_at")
+    return expires_at, models_
+
+
 def revoke_token(*, actor: Actor, token_id: int) -> ApiToken:
-    """Revoke a token (idempotent). Owners revoke their own; admins anyone's."""
+    """Revoke a token and every token descending from it (idempotent; each revocation is
+    audited, the descendants' as `token.revoke` with the cascade named). Owners revoke their
+    own; admins anyone's."""
     token = ApiToken.objects.filter(pk=token_id).select_related("user").first()
     if token is None or (token.user != actor.user and not has_role(actor.user, Role.ADMIN)):
         raise NotFound("no such token")
-    if token.revoked_at is None:
-        with transaction.atomic():
-            token.revoked_at = timezone.now()
+    with transaction.atomic():
+        token = ApiToken.objects.select_for_update().select_related("user").get(pk=token.pk)
+        now = timezone.now()
+        if token.revoked_at is None:
+            token.revoked_at = now
             token.save(update_fields=["revoked_at"])
             record(actor=actor, action="token.revoke", obj=token)
+        frontier = [token.pk]
+        while frontier:
+            children = list(ApiToken.objects.select_for_update().filter(parent_id__in=frontier))
+            for child in children:
+                if child.revoked_at is None:
+                    child.revoked_at = now
+                    child.save(update_fields=["revoked_at"])
+                    record(
+                        actor=actor,
+                        action="token.revoke",
+                        obj=child,
+                        message=f"cascade: its parent token {child.parent_id} was revoked",
+                    )
+            frontier = [c.pk for c in children]
     return token
 
 

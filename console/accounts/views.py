@@ -19,7 +19,7 @@ EXPIRY_CHOICES = {"7": 7, "30": 30, "90": 90, "365": 365, "never": None}
 
 
 class LoginView(auth_views.LoginView):
-    """Sign-in, rate-limited per user name + address (console/accounts/throttle.py)."""
+    """Sign-in, rate-limited per account + address and per account (accounts/throttle.py)."""
 
     template_name = "accounts/login.html"
     redirect_authenticated_user = True

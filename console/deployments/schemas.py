@@ -6,6 +6,7 @@ from typing import Literal
 from ninja import Field, Schema
 from pydantic import ConfigDict
 
+from console.deployments.masking import redact_argv, shown_env, shown_lines
 from console.schemas import StrictIn
 from workers.engine_settings import EngineSettings
 
@@ -110,6 +111,10 @@ class ReplicaDetailOut(ReplicaOut):
         return list(obj.events.all())
 
     @staticmethod
+    def resolve_log_tail(obj) -> list[str]:
+        return shown_lines(obj.log_tail)
+
+    @staticmethod
     def resolve_metrics(obj) -> dict:
         from console.deployments.engines import engine_metrics
 
@@ -146,11 +151,14 @@ class DeploymentOut(Schema, EngineSettings):
         return obj.pinned_node.name if obj.pinned_node_id else None
 
     @staticmethod
+    def resolve_extra_args(obj) -> list[str]:
+        """Secret flags' values `***` (a PUT that sends them back keeps the stored ones)."""
+        return redact_argv(list(obj.extra_args or []))
+
+    @staticmethod
     def resolve_extra_env(obj) -> dict:
-        return {
-            k: "***" if any(s in k for s in ("TOKEN", "KEY", "SECRET", "PASSWORD")) else v
-            for k, v in obj.extra_env.items()
-        }
+        """Secret-named values `***`, URL passwords hidden (kept by a PUT, as extra_args)."""
+        return shown_env(obj.extra_env or {})
 
     @staticmethod
     def resolve_ready_replicas(obj) -> int:

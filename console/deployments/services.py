@@ -15,6 +15,7 @@ from console.accounts.services import Actor, check_role, record
 from console.deployments import numa
 from console.deployments import validation as v
 from console.deployments.estimate import estimate_memory
+from console.deployments.masking import restore_secrets
 from console.deployments.models import (
     REPLICA_TRANSITIONS,
     Deployment,
@@ -28,7 +29,7 @@ from console.deployments.schemas import DeploymentIn
 from console.errors import Conflict, Invalid, NotFound
 from console.inventory.models import Accelerator, Node, NodeStatus
 from workers import engine_settings
-from workers.engine.argv import is_secret_name
+from workers.engine.argv import is_secret_name, redact_argv
 
 log = logging.getLogger(__name__)
 # The columns a spec writes: the engine settings (the one table) and the rest of the spec.
@@ -232,8 +233,10 @@ def create_deployment(*, actor: Actor, payload: DeploymentIn, inspect=None) -> D
 
 def _audited(fields: dict[str, Any]) -> dict[str, Any]:
     """The spec as the audit log keeps it: the columns a user set (not the agent's model
-    report nor the estimate), secret-named environment values masked."""
+    report nor the estimate), secret-named environment values and secret flags' values
+    masked."""
     out = {k: fields[k] for k in SPEC_FIELDS if k in fields}
+    out["extra_args"] = redact_argv(list(fields.get("extra_args") or []))
     out["pinned_node"] = fields["pinned_node"].name if fields.get("pinned_node") else None
     out["extra_env"] = {
         k: "***" if is_secret_name(k) else val for k, val in (fields.get("extra_env") or {}).items()
@@ -275,11 +278,17 @@ def update_deployment(
     check_spec (which may ask the agent) runs before the row lock; then the deployment is
     re-read under the lock and only the spec fields are written, with `spec_version` bumped by
     the database (F()): a start, stop, scale or restart committed meanwhile is kept. The
-    desired state changes only when the request names it."""
+    desired state changes only when the request names it.
+
+    A `***` where the API showed a secret (an extra_args flag value, a secret-named extra_env
+    value) keeps the stored secret (console/deployments/masking.py restore_secrets): a GET ->
+    PUT round trip never writes `***` over it; a `***` with nothing stored behind it is
+    refused (422)."""
     check_role(actor, Role.OPERATOR)
     if payload.name != name:
         raise Invalid("a deployment cannot be renamed", field="name")
     before = get_deployment(name)  # 404 before any work
+    payload = _with_stored_secrets(payload, before)
     checked = check_spec(payload, inspect=inspect, deployment=name)
     fields = dict(checked.fields)
     if "desired_state" in payload.model_fields_set:
@@ -303,6 +312,12 @@ def update_deployment(
         )
         _kick_reconcile()
     return dep
+
+
+def _with_stored_secrets(payload: DeploymentIn, dep: Deployment) -> DeploymentIn:
+    spec = {"extra_args": list(payload.extra_args), "extra_env": dict(payload.extra_env)}
+    restore_secrets(spec, list(dep.extra_args or []), dict(dep.extra_env or {}))
+    return payload.model_copy(update=spec)
 
 
 def _columns(dep: Deployment) -> dict[str, Any]:

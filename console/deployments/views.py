@@ -16,6 +16,7 @@ from console.deployments import services
 from console.deployments.engines import engine_charts, engine_metrics
 from console.deployments.forms import engine_rows, parse_form
 from console.deployments.inspection import InspectionPending
+from console.deployments.masking import shown_lines
 from console.deployments.models import Deployment, Replica, ReplicaState, engine_api_key
 from console.errors import DomainError
 from console.inventory.models import Node
@@ -222,7 +223,8 @@ def replica_log(request, name: str, replica_id: int):
                 replica.node.name, Tasks.HOST_LOG_TAIL, [replica.pk, -32768, 32768], timeout=5
             )
             tail = tail if isinstance(tail, dict) else {}
-            context["log_lines"] = str(tail.get("text") or "").splitlines()[-200:]
+            # read from the host as written: masked here, as shipped logs are on the host
+            context["log_lines"] = shown_lines(str(tail.get("text") or "").splitlines()[-200:])
             context["log_path"] = tail.get("path")
         except NoAnswer:
             context["log_error"] = f"the agent on {replica.node.name} did not answer within 5 s"

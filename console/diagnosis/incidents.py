@@ -17,10 +17,12 @@ from django.utils import timezone
 
 from console.accounts.models import Role
 from console.accounts.services import Actor, check_role, record
+from console.deployments.masking import shown_lines
 from console.diagnosis import webhooks
 from console.diagnosis.matcher import diagnose
 from console.diagnosis.models import Incident, IncidentNote, IncidentStatus, Severity
 from console.errors import Conflict, Invalid, NotFound
+from workers.engine.shipper import mask_secrets
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +120,8 @@ def open_incident_for_replica(replica, report) -> Incident | None:
     opened (category engine-crash, titled from the report's reason). Never raises."""
     try:
         # the supervisor's own reason counts too; evidence line numbers are of this text
-        lines = [*(report.reason or "").splitlines(), *(report.log_tail or [])]
+        # masked first (the incident's title, diagnoses and evidence are shown to viewers)
+        lines = shown_lines([*(report.reason or "").splitlines(), *(report.log_tail or [])])
         text = "\n".join(lines)
         found = [
             d.as_dict() for d in diagnose(text, exit_code=report.exit_code, signal=report.signal)
@@ -129,7 +132,9 @@ def open_incident_for_replica(replica, report) -> Incident | None:
         fields = {
             "category": category,
             "severity": top["severity"] if top else Severity.CRITICAL,
-            "title": (top["title"] if top else (report.reason or "engine failed"))[:300],
+            "title": (top["title"] if top else mask_secrets(report.reason or "engine failed"))[
+                :300
+            ],
             "replica": replica,
             "node": node,
             "subject": f"{replica.deployment.name} replica {replica.index}"
@@ -146,7 +151,7 @@ def open_incident_for_replica(replica, report) -> Incident | None:
     incident = _record_open(fingerprint, fields, note="" if found else "no rule matched")
     # a multi-host member's agent gives up at once by design (the console restarts the group)
     if incident is not None and report.phase == "crash-loop" and not member:
-        _note_crash_loop(incident, report.reason)
+        _note_crash_loop(incident, mask_secrets(report.reason or ""))
     return incident
 
 

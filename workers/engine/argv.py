@@ -164,26 +164,90 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: REDACTED if is_secret_name(k) else redact_value(v) for k, v in env.items()}
 
 
+# Flag names about token counts and the tokenizer hold no secret (--max-num-batched-tokens,
+# --tokenizer-mode, --long-prefill-token-threshold): taken out before is_secret_name looks.
+_TOKEN_WORDS = re.compile(r"TOKENS|TOKENIZER|TOKEN_(?:THRESHOLD|IDS)", re.I)
+
+
+def is_secret_flag(arg: str) -> bool:
+    """True for a `--flag` or `--flag=value` whose name is secret-like per is_secret_name
+    (--api-key, --hf-token, --hf_token, --password…), but not for token-count and tokenizer
+    flags."""
+    if not arg.startswith("--"):
+        return False
+    name = arg[2:].partition("=")[0].replace("-", "_")
+    return is_secret_name(_TOKEN_WORDS.sub("", name))
+
+
+def secret_positions(argv: list[str]) -> list[tuple[str, list[int]]]:
+    """Each secret flag in argv, in order: (its name, the positions of its values). The value
+    of `--flag=X` is at the flag's own position; those of `--flag X Y` are every following
+    argument up to the next one starting with `-` (vLLM's --api-key takes several, nargs='+';
+    --hf-token one or none)."""
+    found: list[tuple[str, list[int]]] = []
+    for i, arg in enumerate(argv):
+        if not is_secret_flag(arg):
+            continue
+        name = arg.partition("=")[0]
+        if "=" in arg:
+            found.append((name, [i]))
+            continue
+        end = i + 1
+        while end < len(argv) and not argv[end].startswith("-"):
+            end += 1
+        found.append((name, list(range(i + 1, end))))
+    return found
+
+
+def _hidden(arg: str) -> str:
+    flag, eq, _value = arg.partition("=")
+    return f"{flag}={REDACTED}" if eq and arg.startswith("--") else REDACTED
+
+
 def redact_argv(argv: list[str]) -> list[str]:
-    """A copy safe to log: the value after a secret-named flag (--api-key X, --hf-token=X)
-    is replaced, URL passwords hidden."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        flag, eq, _value = arg.partition("=")
-        if hide_next:
-            out.append(REDACTED)
-        elif arg.startswith("--") and eq and is_secret_name(flag.lstrip("-").replace("-", "_")):
-            out.append(f"{flag}={REDACTED}")
-        else:
-            out.append(redact_value(arg))
-        hide_next = (
-            not hide_next
-            and arg.startswith("--")
-            and not eq
-            and is_secret_name(arg.lstrip("-").replace("-", "_"))
-        )
+    """A copy safe to show or log: the values of secret flags (`--hf-token X`, `--hf-token=X`,
+    `--api-key A B`, see secret_positions) replaced by `***`, URL passwords hidden. The one
+    masking of argv-like lists: the agent's logs, the API (DeploymentOut.extra_args), the
+    pages, the audit log and benchmark snapshots all use it."""
+    out = [redact_value(arg) for arg in argv]
+    for _name, positions in secret_positions(argv):
+        for i in positions:
+            out[i] = _hidden(argv[i])
     return out
+
+
+def unredact_argv(argv: list[str], stored: list[str]) -> list[str]:
+    """argv with each `***` that redact_argv wrote put back from `stored`, so a GET -> PUT
+    round trip keeps a secret rather than writing `***` over it: the n-th value of the k-th
+    occurrence of a secret flag takes the stored one at the same place; a URL with a hidden
+    password takes the stored argument it was shown for. Raises ValueError (naming the flag)
+    for a `***` with no stored value to stand for."""
+    out = [_url_from(arg, stored) for arg in argv]
+    kept: dict[str, list[list[str]]] = {}
+    for name, positions in secret_positions(stored):
+        kept.setdefault(name, []).append([_value(stored[i]) for i in positions])
+    seen: dict[str, int] = {}
+    for name, positions in secret_positions(argv):
+        k = seen[name] = seen.get(name, -1) + 1
+        old = kept.get(name, [])
+        for n, i in enumerate(positions):
+            if out[i] != _hidden(out[i]):
+                continue  # a new value, given in full
+            value = old[k][n] if k < len(old) and n < len(old[k]) else REDACTED
+            if value == REDACTED:
+                raise ValueError(f"{name}: *** stands for a stored value, and none is stored")
+            out[i] = f"{name}={value}" if "=" in out[i] else value
+    return out
+
+
+def _value(arg: str) -> str:
+    return arg.partition("=")[2] if arg.startswith("--") else arg
+
+
+def _url_from(arg: str, stored: list[str]) -> str:
+    if f":{REDACTED}@" not in arg:
+        return arg
+    return next((old for old in stored if old != arg and redact_value(old) == arg), arg)
 
 
 _CLEAN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C"}

@@ -51,19 +51,34 @@ SCAN_MAX_BYTES = 16 * 1024 * 1024  # per file per scan, so one busy engine canno
 _RUN_LOG = re.compile(r"^gen(\d+)-run(\d+)\.log$")
 
 # No pattern crosses a newline: masking runs over a whole chunk of lines at once (fast).
-_VALUE = r"""("[^"\n]*"|'[^'\n]*'|[^\s"',;]+)"""
+_VALUE = r"""(\[[^\]\n]*\]|"[^"\n]*"|'[^'\n]*'|[^\s"',;\]}]+)"""
 _SECRETS = [
-    # Authorization: Bearer xxx / bare "Bearer xxx"
+    # Authorization: Bearer xxx / bare "Bearer xxx" / Authorization: Basic xxx
     (re.compile(r"(?i)\b(bearer[ \t]+)[A-Za-z0-9._~+/=-]+"), r"\1***"),
-    # --api-key X / --api-key=X / --hf-token X / --token X
-    (re.compile(r"(?i)(--(?:api-key|hf-token|token|password)(?:=|[ \t]+))" + _VALUE), r"\1***"),
-    # NAME_TOKEN=..., NAME_SECRET: ..., PASSWORD=..., api_key=..., "api_key": "..."
+    (re.compile(r"(?i)(authorization[\"']?[ \t]*[:=][ \t]*basic[ \t]+)[A-Za-z0-9+/=]+"), r"\1***"),
+    # --api-key X / --api-key=X / --api_key X / --hf-token X / --token X, and every further
+    # value of a multi-value flag (vLLM's --api-key takes several: --api-key A B C)
     (
         re.compile(
-            r"(?i)((?:_TOKEN|_SECRET|PASSWORD|api[_-]?key|_KEY)[\"']?[ \t]*[=:][ \t]*)" + _VALUE
+            r"(?i)(--(?:api[-_]key|hf[-_]token|token|password)(?:=|[ \t]+))"
+            + _VALUE
+            + r"((?:[ \t]+(?!-)"
+            + _VALUE
+            + r")*)"
+        ),
+        lambda m: m.group(1) + "***" + re.sub(r"[^ \t]+", "***", m.group(3)),
+    ),
+    # NAME_TOKEN=..., NAME_SECRET: ..., PASSWORD=..., api_key=..., token=..., "api_key": "...",
+    # 'api_key': ['a', 'b'] (vLLM's "non-default args" dump), api_key=['a'] (a Namespace)
+    (
+        re.compile(
+            r"(?i)((?:_TOKEN|\btoken|_SECRET|PASSWORD|api[_-]?key|_KEY)[\"']?[ \t]*[=:][ \t]*)"
+            + _VALUE
         ),
         r"\1***",
     ),
+    # a password in a URL: redis://user:pw@host
+    (re.compile(r"(://[^/:@\s]*:)[^/@\s]+@"), r"\1***@"),
     # well-known key shapes anywhere: OpenAI-style sk-..., Hugging Face hf_...
     (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), "***"),
     (re.compile(r"\bhf_[A-Za-z0-9]{16,}"), "***"),
@@ -72,7 +87,7 @@ _SECRETS = [
 
 # every secret pattern above contains one of these (lowercase): lines without any are skipped
 _NEEDLES = re.compile(
-    r"bearer|--api-key|--hf-token|--token|--password|_token|_secret|password|api.?key|_key|sk-|hf_"
+    r"bearer|authorization|--api|--hf|--token|--password|token|_secret|password|api.?key|_key|sk-|hf_|://"
 )
 
 

@@ -194,3 +194,23 @@ def test_the_key_stays_out_of_the_specs_repr():
     spec = make_spec(api_key=key)
     assert key not in repr(spec) and key not in str(spec)
     assert spec.model_dump()["api_key"] == key  # dispatched to the agent as part of the spec
+
+
+def test_redact_argv_hides_every_value_of_a_multi_value_secret_flag():
+    argv = ["--api-key", "k1", "k2", "--hf_token=zz", "--password", "p", "--port", "8000"]
+    assert engine_argv.redact_argv(argv) == [
+        *["--api-key", "***", "***", "--hf_token=***", "--password", "***", "--port", "8000"]
+    ]
+
+
+def test_token_count_and_tokenizer_flags_are_not_secrets():
+    argv = ["--max-num-batched-tokens", "8192", "--tokenizer", "/m", "--hf-token", "t"]
+    assert engine_argv.redact_argv(argv) == [*argv[:5], "***"]
+
+
+def test_unredact_argv_round_trips_and_refuses_stars_with_nothing_stored():
+    stored = ["--hf-token", "a=b", "--x", "redis://u:pw@h", "--api-key=k"]
+    assert engine_argv.unredact_argv(engine_argv.redact_argv(stored), stored) == stored
+    assert engine_argv.unredact_argv(["--hf-token", "new"], stored) == ["--hf-token", "new"]
+    with pytest.raises(ValueError, match="--token"):
+        engine_argv.unredact_argv(["--token", "***"], stored)

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from workers.contracts import LOG_LINE_MAX_CHARS, LogBatch
 from workers.engine import logs
 from workers.engine.shipper import (
@@ -237,3 +239,25 @@ def test_batches_stay_under_the_consoles_size_cap(tmp_path):
     LogShipper(tmp_path, "kp-01", sink).scan_once()
     assert len(sink.lines) == 200 and len(sink.batches) > 1
     assert all(sum(len(x.encode()) + 1 for x in b.lines) <= BATCH_BYTES for b in sink.batches)
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        ("serve --api-key k1 k2 k3 --port 8000", "serve --api-key *** *** *** --port 8000"),
+        ("--api_key=k1 --hf_token t", "--api_key=*** --hf_token ***"),
+        ("non-default args: {'api_key': ['k1', 'k2'], 'port': 1}", "{'api_key': ***, 'port': 1}"),
+        ("Namespace(api_key=['k1'], hf_token='t')", "Namespace(api_key=***, hf_token=***)"),
+        ('{"api_key": "k1", "n": 1}', '{"api_key": ***, "n": 1}'),
+        ("GET /x?token=k1", "GET /x?token=***"),
+        ("Authorization: Basic dXNlcjpwdw==", "Authorization: Basic ***"),
+        ("HF_TOKEN=k1 VLLM_API_KEY=k2", "HF_TOKEN=*** VLLM_API_KEY=***"),
+        ("broker redis://u:k1@h:6379/0", "broker redis://u:***@h:6379/0"),
+        (
+            "max_tokens=128, 12.5 tokens/s, basic attention",
+            "max_tokens=128, 12.5 tokens/s, basic attention",
+        ),
+    ],
+)
+def test_mask_handles_list_and_multi_value_forms(line, shown):
+    assert shown in mask_secrets(line) and "k1" not in mask_secrets(line)
