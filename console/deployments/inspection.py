@@ -80,29 +80,39 @@ def request(node: Node, path: str) -> ModelInspection:
 
 
 def _send(inspection: ModelInspection) -> None:
+    send_or_fail(
+        inspection, Tasks.HOST_MODEL_INSPECT, [inspection.path, inspection.pk], "inspection"
+    )
+
+
+def send_or_fail(record, task: str, args: list, what: str) -> None:
+    """Send the command a pending record (a ModelInspection or a NetProbe) waits on; when it
+    cannot be sent, fail the record at once rather than let it wait out its timeout."""
     from redis import RedisError
 
     from console.inventory.commands import send_command
 
-    node = inspection.node.name
+    node = record.node.name
     try:
-        sent = send_command(node, Tasks.HOST_MODEL_INSPECT, [inspection.path, inspection.pk])
+        sent = send_command(node, task, args)
     except RedisError as exc:
-        log.warning("model inspection %s not sent: %s", inspection.pk, exc)
-        _finish(inspection, f"the inspection could not be queued for {node}: {exc}")
+        log.warning("%s %s not sent: %s", what, record.pk, exc)
+        fail_pending(record, f"the {what} could not be queued for {node}: {exc}")
         return
     if sent is None:
-        _finish(inspection, f"node {node} has no active credential: its agent cannot be asked")
+        fail_pending(record, f"node {node} has no active credential: its agent cannot be asked")
 
 
-def _finish(inspection: ModelInspection, error: str) -> None:
-    """Fail a pending inspection (one conditional UPDATE: an answer that got there first
-    stays)."""
-    now = timezone.now()
-    ModelInspection.objects.filter(pk=inspection.pk, status=InspectionStatus.PENDING).update(
-        status=InspectionStatus.FAILED, error=error[:ERROR_MAX_CHARS], answered_at=now
+def fail_pending(record, error: str) -> None:
+    """Fail a pending record (one conditional UPDATE: an answer that got there first stays)
+    and reload what it now says."""
+    type(record).objects.filter(pk=record.pk, status=InspectionStatus.PENDING).update(
+        status=InspectionStatus.FAILED, error=error[:ERROR_MAX_CHARS], answered_at=timezone.now()
     )
-    inspection.refresh_from_db(fields=["status", "info", "error", "answered_at"])
+    record.refresh_from_db()
+
+
+_finish = fail_pending
 
 
 def _expire(inspection: ModelInspection, now: datetime) -> None:

@@ -14,22 +14,20 @@ the operator fixes the link, then the next ask (after FRESH) sees it.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
+from console.deployments.inspection import fail_pending, send_or_fail
 from console.deployments.models import InspectionStatus, NetProbe, Replica
 from console.inventory.models import Node
 from workers.contracts import NetProbeReport, ProbeTarget, Tasks
 
-log = logging.getLogger(__name__)
 FRESH = timedelta(seconds=60)
 FAILED_FRESH = timedelta(seconds=10)
 ANSWER_TIMEOUT = timedelta(seconds=45)  # the agent answers within ~15 s (workers/netprobe.py)
 KEEP = timedelta(days=1)  # older records are deleted when a new one is written
-ERROR_MAX_CHARS = 2000
 
 
 def request(replica: Replica, node: Node, targets: list[dict]) -> NetProbe:
@@ -61,27 +59,10 @@ def request(replica: Replica, node: Node, targets: list[dict]) -> NetProbe:
 
 
 def _send(probe: NetProbe) -> None:
-    from redis import RedisError
-
-    from console.inventory.commands import send_command
-
-    node = probe.node.name
-    try:
-        sent = send_command(node, Tasks.HOST_NET_PROBE, [probe.pk, probe.targets])
-    except RedisError as exc:
-        log.warning("net probe %s not sent: %s", probe.pk, exc)
-        _finish(probe, f"the network probe could not be queued for {node}: {exc}")
-        return
-    if sent is None:
-        _finish(probe, f"node {node} has no active credential: its agent cannot be asked")
+    send_or_fail(probe, Tasks.HOST_NET_PROBE, [probe.pk, probe.targets], "network probe")
 
 
-def _finish(probe: NetProbe, error: str) -> None:
-    """Fail a pending probe (one conditional UPDATE: an answer that got there first stays)."""
-    NetProbe.objects.filter(pk=probe.pk, status=InspectionStatus.PENDING).update(
-        status=InspectionStatus.FAILED, error=error[:ERROR_MAX_CHARS], answered_at=timezone.now()
-    )
-    probe.refresh_from_db(fields=["status", "results", "error", "answered_at"])
+_finish = fail_pending
 
 
 def _expire(probe: NetProbe, now: datetime) -> None:
