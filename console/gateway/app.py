@@ -30,6 +30,7 @@ from starlette.routing import Route
 
 from . import usage
 from .auth import Principal, authenticate
+from .limits import Admission, Limiter, Refusal
 from .routing import Router, Upstream
 
 log = logging.getLogger("console.gateway")
@@ -41,8 +42,11 @@ MAX_TRIES = 3
 RETRY_STATUS = {502, 503}
 TIMEOUT = httpx.Timeout(connect=3.0, read=600.0, write=30.0, pool=10.0)
 FORWARD_HEADERS = ("content-type", "accept", "x-request-id")
+# the routes whose streams end with a usage chunk when asked (stream_options.include_usage)
+USAGE_CHUNK_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
 
 router = Router()
+limiter = Limiter()
 _clients: dict[int, httpx.AsyncClient] = {}
 _redis: dict[int, aioredis.Redis] = {}
 
@@ -102,14 +106,32 @@ async def _principal(request: Request) -> Principal | JSONResponse:
     return principal
 
 
-async def count(principal: Principal, model: str, *, ok: bool, body_usage: dict | None) -> None:
-    u = body_usage or {}
+def _tokens(body_usage: dict | None) -> tuple[int, int]:
+    u = body_usage if isinstance(body_usage, dict) else {}
+    out = []
+    for key in ("prompt_tokens", "completion_tokens"):
+        try:
+            out.append(max(0, int(u.get(key) or 0)))
+        except (TypeError, ValueError):
+            out.append(0)
+    return out[0], out[1]
+
+
+async def count(
+    principal: Principal,
+    model: str,
+    *,
+    ok: bool,
+    body_usage: dict | None,
+    admission: Admission | None = None,
+    limited: bool = False,
+) -> None:
+    """Count a request in the usage hash and end its admission (slots, tokens per minute)."""
+    prompt, completion = _tokens(body_usage)
+    if admission is not None:
+        await limiter.release(redis_client(), admission, prompt + completion)
     fields = usage.fields_for(
-        principal.token_id,
-        model,
-        ok=ok,
-        prompt=int(u.get("prompt_tokens") or 0),
-        completion=int(u.get("completion_tokens") or 0),
+        principal.token_id, model, ok=ok, prompt=prompt, completion=completion, limited=limited
     )
     try:
         pipe = redis_client().pipeline(transaction=False)
@@ -193,10 +215,37 @@ async def forward(request: Request) -> Response:
             )
         return error(503, f"no replica of {model!r} is ready", "service_unavailable")
 
+    admission = await limiter.admit(redis_client(), principal.token_id, model)
+    if isinstance(admission, Refusal):
+        _background(count(principal, model, ok=False, body_usage=None, limited=True))
+        response = error(429, admission.message, admission.what, None, "rate_limit_exceeded")
+        response.headers["retry-after"] = str(admission.retry_after)
+        return response
+    try:
+        return await _send(request, principal, model, payload, upstreams, admission)
+    except BaseException:
+        _background(count(principal, model, ok=False, body_usage=None, admission=admission))
+        raise
+
+
+async def _send(
+    request: Request,
+    principal: Principal,
+    model: str,
+    payload: dict,
+    upstreams: list[Upstream],
+    admission: Admission,
+) -> Response:
+    """Send an admitted request to the first replica that takes it and relay the answer;
+    whatever happens, `count` ends the admission exactly once."""
     stream = payload.get("stream") is True
     options = payload.get("stream_options")
     strip_usage = False
-    if stream and not (isinstance(options, dict) and options.get("include_usage")):
+    if (
+        stream
+        and request.url.path in USAGE_CHUNK_PATHS
+        and not (isinstance(options, dict) and options.get("include_usage"))
+    ):
         # ask for the usage chunk to count tokens; the client did not ask, so it is not relayed
         payload["stream_options"] = {
             **(options if isinstance(options, dict) else {}),
@@ -236,7 +285,7 @@ async def forward(request: Request) -> Response:
             continue
         break
     else:
-        await count(principal, model, ok=False, body_usage=None)
+        _background(count(principal, model, ok=False, body_usage=None, admission=admission))
         return error(503, "every replica refused: " + "; ".join(tried), "service_unavailable")
 
     reply_headers = {"x-npc-replica": up.name}
@@ -260,12 +309,17 @@ async def forward(request: Request) -> Response:
             media_type=ctype,
             # counted after the answer is sent: off the request's critical path
             background=BackgroundTask(
-                count, principal, model, ok=upstream.status_code < 400, body_usage=body_usage
+                count,
+                principal,
+                model,
+                ok=upstream.status_code < 400,
+                body_usage=body_usage,
+                admission=admission,
             ),
         )
 
     return StreamingResponse(
-        _relay(upstream, up, principal, model, strip_usage),
+        _relay(upstream, up, principal, model, strip_usage, admission),
         status_code=upstream.status_code,
         media_type="text/event-stream",
         headers={**reply_headers, "cache-control": "no-cache", "x-accel-buffering": "no"},
@@ -278,7 +332,12 @@ def _upstream_headers(headers: dict[str, str], up: Upstream) -> dict[str, str]:
 
 
 async def _relay(
-    upstream: httpx.Response, up: Upstream, principal: Principal, model: str, strip_usage: bool
+    upstream: httpx.Response,
+    up: Upstream,
+    principal: Principal,
+    model: str,
+    strip_usage: bool,
+    admission: Admission,
 ) -> AsyncIterator[bytes]:
     """Relay server-sent events as they arrive; count the usage chunk; close upstream on exit
     (end of stream, client disconnect or cancellation alike)."""
@@ -299,6 +358,7 @@ async def _relay(
                     except (ValueError, AttributeError):
                         pass
                 yield event
+            await limiter.renew(redis_client(), admission)
         if buf:
             yield buf
     except httpx.HTTPError as exc:  # the replica died mid-stream: end the stream, count it
@@ -307,7 +367,7 @@ async def _relay(
     finally:
         await upstream.aclose()
         router.release(up)
-        _background(count(principal, model, ok=ok, body_usage=body_usage))
+        _background(count(principal, model, ok=ok, body_usage=body_usage, admission=admission))
 
 
 @contextlib.asynccontextmanager
@@ -318,11 +378,35 @@ async def lifespan(_app: Starlette) -> AsyncIterator[None]:
     _clients.clear()
 
 
+# The engine's own routes taking a JSON body that names the model, relayed with the same
+# token check, limits and routing as completions (the route table of vLLM 0.32's
+# vllm/entrypoints: serve/tokenize/api_router.py, pooling/*/api_router.py, openai/*). The
+# engine's control routes (/sleep, /collective_rpc, /start_profile, /v1/load_lora_adapter, …)
+# are never relayed: they act on the replica, not on a request. Multipart routes (audio) are
+# not relayed yet.
+FORWARDED = (
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/score",
+    "/v1/rerank",
+    "/v2/rerank",
+    "/v2/embed",
+    "/tokenize",
+    "/detokenize",
+    "/pooling",
+    "/classify",
+    "/score",
+    "/rerank",
+)
+# the ones outside /v1 that console/asgi.py hands to this app rather than to Django
+ROOT_PATHS = frozenset(p for p in FORWARDED if not p.startswith("/v1/"))
+
 app = Starlette(
     routes=[
         Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/completions", forward, methods=["POST"]),
-        Route("/v1/chat/completions", forward, methods=["POST"]),
+        *(Route(path, forward, methods=["POST"]) for path in FORWARDED),
     ],
     lifespan=lifespan,
 )

@@ -25,14 +25,18 @@ from .models import Usage
 
 KEY = "npc:gw:usage"
 FLUSHING = "npc:gw:usage:flushing:"
-COUNTERS = ("requests", "errors", "prompt_tokens", "completion_tokens")
+COUNTERS = ("requests", "errors", "prompt_tokens", "completion_tokens", "limited")
 
 
-def fields_for(token_id: int, model: str, *, ok: bool, prompt: int, completion: int) -> dict:
+def fields_for(
+    token_id: int, model: str, *, ok: bool, prompt: int, completion: int, limited: bool = False
+) -> dict:
     day = timezone.localdate().isoformat()
     base = f"{day}|{token_id}|{model}|"
     out = {base + "requests": 1}
-    if not ok:
+    if limited:
+        out[base + "limited"] = 1
+    elif not ok:
         out[base + "errors"] = 1
     if prompt:
         out[base + "prompt_tokens"] = prompt
