@@ -32,6 +32,10 @@ log = logging.getLogger("console.gateway")
 
 REFRESH_S = 30.0  # the table is read again this often, and at once when VERSION changes
 VERSION = "npc:gw:lim:version"  # bumped by every change of a limit (services.py)
+# With no limit set at all a request costs no Redis round trip: the empty table is trusted
+# for this long, so the first limit ever set binds within a second; once any limit exists,
+# every request checks the version in the admission script and a change binds at once.
+EMPTY_TRUST_S = 1.0
 LEASE_S = 600.0  # a concurrency slot held longer than this without renewal is freed
 RENEW_S = 60.0  # a stream renews its slots this often
 KEY = "npc:gw:lim:"
@@ -202,6 +206,8 @@ class Limiter:
     async def admit(self, redis, token_id: int, model: str) -> Admission | Refusal:
         """Let the request in, counting it in every limit that binds it, or refuse it."""
         table = await self.refresh()
+        if not table.rows and time.monotonic() - table.at < EMPTY_TRUST_S:
+            return Admission("", ())
         for _ in range(2):
             limits = table.binding(token_id, model)
             admission = Admission(uuid.uuid4().hex, limits, time.monotonic())

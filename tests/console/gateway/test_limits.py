@@ -11,7 +11,7 @@ import httpx
 import pytest
 from redis import asyncio as aioredis
 
-from console.accounts.models import AuditEntry
+from console.accounts.models import ApiToken, AuditEntry
 from console.accounts.services import Actor
 from console.gateway import limits
 from console.gateway.limits import Admission, Limiter, Refusal, Table
@@ -148,9 +148,13 @@ def test_tokens_per_minute_count_what_answers_used(redis_url, clean_redis):
 
 
 def test_a_stale_table_is_read_again_before_admitting(redis_url, clean_redis, transactional_db):
-    """A limit set in one process binds the next request in every other, not REFRESH_S later."""
+    """A limit set in one process binds the next request in every other, not REFRESH_S later;
+    with no limit at all, requests cost no Redis round trip and the first limit binds within
+    EMPTY_TRUST_S."""
     admin = make_user("root", "admin")
     token, _ = token_for(admin)
+    other, _ = token_for(admin)
+    actor = Actor(user=admin, name="root")
     lim = Limiter()
 
     async def admit():
@@ -160,9 +164,19 @@ def test_a_stale_table_is_read_again_before_admitting(redis_url, clean_redis, tr
         finally:
             await r.aclose()
 
-    assert isinstance(asyncio.run(admit()), Admission)  # table read: no limits
-    set_rate_limit(actor=Actor(user=admin, name="root"), token_id=token.pk, requests_per_minute=1)
-    assert isinstance(asyncio.run(admit()), Admission)
+    first = asyncio.run(admit())  # table read: empty
+    assert isinstance(first, Admission) and not first.request_id  # no round trip
+    set_rate_limit(actor=actor, token_id=token.pk, requests_per_minute=1)
+    wait_for(
+        lambda: isinstance(asyncio.run(admit()), Refusal),
+        limits.EMPTY_TRUST_S + 5,
+        message="the first limit ever set binds",
+    )
+    # with limits in the table, a change binds the very next request
+    set_rate_limit(actor=actor, token_id=other.pk, concurrent=1)
+    set_rate_limit(actor=actor, token_id=token.pk, concurrent=1)
+    held = asyncio.run(admit())
+    assert isinstance(held, Admission) and held.limits
     assert isinstance(asyncio.run(admit()), Refusal)
 
 
@@ -181,6 +195,21 @@ def test_redis_down_serves_without_limits(caplog):
     assert "rate limits not enforced" in caplog.text
 
 
+def limits_in_force(web, admin, model: str) -> None:
+    """Wait until the gateway process enforces the limits set so far: a probe token limited to
+    one request a minute gets its 429 (a process that saw no limit yet trusts its empty table
+    for limits.EMPTY_TRUST_S)."""
+    _, probe = token_for(admin)
+    token_id = ApiToken.objects.order_by("-pk").first().pk
+    set_rate_limit(actor=Actor(user=admin, name="root"), token_id=token_id, requests_per_minute=1)
+    req = {"model": model, "prompt": "probe", "max_tokens": 1}
+    wait_for(
+        lambda: call(web, probe, "/v1/completions", req).status_code == 429,
+        10,
+        message="the gateway enforces the limits",
+    )
+
+
 @pytest.mark.worker
 def test_the_gateway_answers_429_with_retry_after_and_counts_it(console_web, clean_redis):
     alice = make_user("alice", "viewer")
@@ -192,6 +221,8 @@ def test_the_gateway_answers_429_with_retry_after_and_counts_it(console_web, cle
         set_rate_limit(
             actor=Actor(user=admin, name="root"), token_id=token.pk, requests_per_minute=2
         )
+        limits_in_force(console_web, admin, "model-lim")
+        engine.forget()
         req = {"model": "model-lim", "prompt": "hi", "max_tokens": 4}
         codes = [call(console_web, raw, "/v1/completions", req).status_code for _ in range(2)]
         assert codes == [200, 200]
@@ -217,6 +248,7 @@ def test_a_concurrency_limit_holds_while_a_stream_runs(console_web, clean_redis)
         set_rate_limit(
             actor=Actor(user=admin, name="root"), token_id=None, model="model-conc", concurrent=1
         )
+        limits_in_force(console_web, admin, "model-conc")
         engine.hold.clear()  # the stream pauses after its first chunk
         first: dict = {}
 
@@ -241,10 +273,12 @@ def test_a_concurrency_limit_holds_while_a_stream_runs(console_web, clean_redis)
         t.join(30)
         assert first["status"] == 200 and b"[DONE]" in first["body"]
         wait_for(
-            lambda: call(
-                console_web, raw, "/v1/completions", {"model": "model-conc", "prompt": "z"}
-            ).status_code
-            == 200,
+            lambda: (
+                call(
+                    console_web, raw, "/v1/completions", {"model": "model-conc", "prompt": "z"}
+                ).status_code
+                == 200
+            ),
             10,
             message="the slot freed after the stream ended",
         )
@@ -285,9 +319,7 @@ def test_limits_api_admin_only_with_clear_422s(client, transactional_db, clean_r
         content_type="application/json",
     )
     assert typo.status_code == 422 and typo.json()["field"] == "requests_per_minut"
-    zero = client.put(
-        "/api/v1/gateway/limits", {"concurrent": 0}, content_type="application/json"
-    )
+    zero = client.put("/api/v1/gateway/limits", {"concurrent": 0}, content_type="application/json")
     assert zero.status_code == 422 and zero.json()["field"] == "concurrent"
     empty = client.put("/api/v1/gateway/limits", {"model": "m"}, content_type="application/json")
     assert empty.status_code == 422
