@@ -31,7 +31,7 @@ from starlette.routing import Route
 from . import usage
 from .auth import Principal, authenticate
 from .limits import Admission, Limiter, Refusal
-from .routing import Router, Upstream
+from .routing import Lease, Overloaded, Router, Upstream, affinity_key
 
 log = logging.getLogger("console.gateway")
 
@@ -124,10 +124,14 @@ async def count(
     ok: bool,
     body_usage: dict | None,
     admission: Admission | None = None,
+    lease: Lease | None = None,
     limited: bool = False,
 ) -> None:
-    """Count a request in the usage hash and end its admission (slots, tokens per minute)."""
+    """Count a request in the usage hash and end it: its admission (slots, tokens per
+    minute) and its lease (in flight on a replica)."""
     prompt, completion = _tokens(body_usage)
+    if lease is not None:
+        await router.done(redis_client(), lease)
     if admission is not None:
         await limiter.release(redis_client(), admission, prompt + completion)
     fields = usage.fields_for(
@@ -221,11 +225,57 @@ async def forward(request: Request) -> Response:
         response = error(429, admission.message, admission.what, None, "rate_limit_exceeded")
         response.headers["retry-after"] = str(admission.retry_after)
         return response
+    lease = None
     try:
-        return await _send(request, principal, model, payload, upstreams, admission)
+        picked = await router.pick(
+            redis_client(),
+            model,
+            upstreams,
+            token_id=principal.token_id,
+            affinity=affinity_key(request.headers, request.url.path, payload),
+        )
+        if isinstance(picked, Overloaded):
+            _background(
+                count(
+                    principal,
+                    model,
+                    ok=False,
+                    body_usage=None,
+                    admission=admission,
+                    limited=picked.kind == "fair_share",
+                )
+            )
+            return _overloaded(model, picked)
+        upstreams, lease = picked
+        return await _send(request, principal, model, payload, upstreams, admission, lease)
     except BaseException:
-        _background(count(principal, model, ok=False, body_usage=None, admission=admission))
+        _background(
+            count(principal, model, ok=False, body_usage=None, admission=admission, lease=lease)
+        )
         raise
+
+
+def _overloaded(model: str, why: Overloaded) -> Response:
+    if why.kind == "fair_share":
+        response = error(
+            429,
+            f"every replica of {model!r} is full and this token has its fair share "
+            f"({why.share} requests) in flight: retry when one ends",
+            "fair_share",
+            None,
+            "rate_limit_exceeded",
+        )
+    else:
+        response = error(
+            503,
+            f"every replica of {model!r} holds more than twice the requests it runs at once: "
+            "shedding load rather than queueing without bound",
+            "service_unavailable",
+            None,
+            "overloaded",
+        )
+    response.headers["retry-after"] = "1"
+    return response
 
 
 async def _send(
@@ -235,9 +285,11 @@ async def _send(
     payload: dict,
     upstreams: list[Upstream],
     admission: Admission,
+    lease: Lease,
 ) -> Response:
-    """Send an admitted request to the first replica that takes it and relay the answer;
-    whatever happens, `count` ends the admission exactly once."""
+    """Send an admitted request to the first replica that takes it (the picked one first)
+    and relay the answer. It returns a response whose end calls `count`, or raises (the
+    caller calls it): the admission and the lease end exactly once."""
     stream = payload.get("stream") is True
     options = payload.get("stream_options")
     strip_usage = False
@@ -257,8 +309,9 @@ async def _send(
     headers["content-type"] = "application/json"
 
     tried: list[str] = []
-    for up in upstreams[:MAX_TRIES]:
-        router.acquire(up)
+    for n, up in enumerate(upstreams[:MAX_TRIES]):
+        if n:
+            await router.move(redis_client(), lease, up)
         try:
             upstream = await client().send(
                 client().build_request(
@@ -270,22 +323,19 @@ async def _send(
                 stream=True,
             )
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
-            router.release(up)
             router.mark_down(up)
             tried.append(f"{up.name}: {type(exc).__name__}")
             continue
-        except BaseException:
-            router.release(up)
-            raise
         if upstream.status_code in RETRY_STATUS:
             await upstream.aclose()
-            router.release(up)
             router.mark_down(up)
             tried.append(f"{up.name}: HTTP {upstream.status_code}")
             continue
         break
     else:
-        _background(count(principal, model, ok=False, body_usage=None, admission=admission))
+        _background(
+            count(principal, model, ok=False, body_usage=None, admission=admission, lease=lease)
+        )
         return error(503, "every replica refused: " + "; ".join(tried), "service_unavailable")
 
     reply_headers = {"x-npc-replica": up.name}
@@ -295,7 +345,6 @@ async def _send(
             data = await upstream.aread()
         finally:
             await upstream.aclose()
-            router.release(up)
         body_usage = None
         if upstream.status_code == 200:
             try:
@@ -315,11 +364,12 @@ async def _send(
                 ok=upstream.status_code < 400,
                 body_usage=body_usage,
                 admission=admission,
+                lease=lease,
             ),
         )
 
     return StreamingResponse(
-        _relay(upstream, up, principal, model, strip_usage, admission),
+        _relay(upstream, up, principal, model, strip_usage, admission, lease),
         status_code=upstream.status_code,
         media_type="text/event-stream",
         headers={**reply_headers, "cache-control": "no-cache", "x-accel-buffering": "no"},
@@ -338,6 +388,7 @@ async def _relay(
     model: str,
     strip_usage: bool,
     admission: Admission,
+    lease: Lease,
 ) -> AsyncIterator[bytes]:
     """Relay server-sent events as they arrive; count the usage chunk; close upstream on exit
     (end of stream, client disconnect or cancellation alike)."""
@@ -359,6 +410,7 @@ async def _relay(
                         pass
                 yield event
             await limiter.renew(redis_client(), admission)
+            await router.renew(redis_client(), lease)
         if buf:
             yield buf
     except httpx.HTTPError as exc:  # the replica died mid-stream: end the stream, count it
@@ -366,8 +418,9 @@ async def _relay(
         log.warning("replica %s broke off a stream: %s", up.name, exc)
     finally:
         await upstream.aclose()
-        router.release(up)
-        _background(count(principal, model, ok=ok, body_usage=body_usage, admission=admission))
+        _background(
+            count(principal, model, ok=ok, body_usage=body_usage, admission=admission, lease=lease)
+        )
 
 
 @contextlib.asynccontextmanager

@@ -1,8 +1,24 @@
 """Which replica serves a request: the ready replicas of the named model, least loaded first.
 
 Load = the replica's running + waiting requests from its last scraped vLLM metrics (the
-agent reports them with every heartbeat) + the requests this gateway process has in flight
-to it right now (the scrape is seconds old; the in-flight count is not). Ties go round-robin.
+agent reports them with every heartbeat) + the requests every console process has in flight
+to it right now (the scrape is seconds old; the in-flight count is not). The in-flight
+counts live in Redis, one sorted set of request ids per replica scored by a lease deadline
+(a process that dies frees its requests when the lease ends), and one script reads them,
+picks and counts the request in the chosen replica, atomically: two processes never both
+see the same idle replica. Ties go round-robin.
+
+Prefix affinity: requests that share a prompt prefix (or an `X-Session-ID`) go to the same
+replica — chosen by rendezvous hashing, stable as replicas come and go — so vLLM's prefix
+cache hits, unless that replica is busier than the least-loaded one by more than
+AFFINITY_SLACK requests.
+
+Overload: when every replica holds its capacity (the deployment's max_num_seqs) requests
+queue in the engines; then each token gets at most its fair share of the model's capacity
+(the capacity divided among the tokens with requests in flight: one heavy token cannot
+starve the others: 429 `fair_share`), and when every replica holds SHED_FACTOR times its
+capacity new requests are shed (503 with Retry-After) rather than queued without bound.
+
 The table of ready replicas is read once per REFRESH_S for all models (one query and one
 Redis MGET), never per request.
 
@@ -15,17 +31,33 @@ shared demo host, something else) listens.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
+import logging
 import math
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
 
+log = logging.getLogger("console.gateway")
+
 REFRESH_S = 1.0
 LOAD_MAX = 1e9  # requests: more than any engine holds
 DOWN_S = 5.0  # a replica that refused a connection is tried last for this long
+# vLLM's max_num_seqs for the API server when a deployment sets none (vllm/engine/
+# arg_utils.py, _get_default_max_num_seqs...: 256 on devices under 70 GiB, as a 910B's 64 GiB)
+DEFAULT_CAPACITY = 256
+AFFINITY_SLACK = 4  # requests: how much busier the affine replica may be than the idlest
+SHED_FACTOR = 2.0  # shed when every replica holds this many times its capacity
+LEASE_S = 600.0  # an in-flight entry not renewed (streams: every RENEW_S) ends after this
+RENEW_S = 60.0
+INFLIGHT = "npc:gw:in:"  # + replica id: that replica's requests in flight, all processes
+OWN = "npc:gw:own:"  # + model key + ":" + token id: that token's requests for that model
+ACTIVE = "npc:gw:act:"  # + model key: the tokens with requests in flight for that model
+PREFIX_CHARS = 512  # the prompt prefix that makes the affinity key
 
 
 @dataclass(frozen=True)
@@ -35,6 +67,7 @@ class Upstream:
     url: str
     scraped_load: float
     api_key: str = field(default="", repr=False)  # the replica's engine key, sent upstream
+    capacity: int = DEFAULT_CAPACITY  # requests it runs at once (max_num_seqs)
 
 
 @dataclass
@@ -85,10 +118,157 @@ def _read_table() -> Table:
         m = metrics.get(r.pk, {})
         load = scraped_load(m)
         by_model.setdefault(r.deployment.served_model_name, []).append(
-            Upstream(r.pk, f"{r.deployment.name}/{r.index}", url, load, engine_api_key(r.pk))
+            Upstream(
+                r.pk,
+                f"{r.deployment.name}/{r.index}",
+                url,
+                load,
+                engine_api_key(r.pk),
+                r.deployment.max_num_seqs or DEFAULT_CAPACITY,
+            )
         )
     known = frozenset(Deployment.objects.values_list("served_model_name", flat=True))
     return Table(time.monotonic(), by_model, known, frozenset(simulated - by_model.keys()))
+
+
+# KEYS: per candidate its in-flight set, then the token's own set and the model's active set
+# ARGV: now, request id, lease deadline, token id, turn, affinity (1-based, 0: none), slack,
+#       shed factor, then per candidate: scraped load, capacity, down (1/0)
+# Returns {0, chosen (1-based), loads...} | {1, 0, loads...} shed | {2, share, loads...}
+_PICK = """
+local now = tonumber(ARGV[1])
+local n = #KEYS - 2
+local own, active = KEYS[n + 1], KEYS[n + 2]
+local loads, caps, down = {}, {}, {}
+local all_full, all_shed, total_cap = true, true, 0
+for i = 1, n do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+  local base = 9 + (i - 1) * 3
+  loads[i] = tonumber(ARGV[base]) + redis.call('ZCARD', KEYS[i])
+  caps[i] = tonumber(ARGV[base + 1])
+  down[i] = tonumber(ARGV[base + 2])
+  total_cap = total_cap + caps[i]
+  if loads[i] < caps[i] then all_full = false end
+  if loads[i] < caps[i] * tonumber(ARGV[8]) then all_shed = false end
+end
+if all_shed then
+  return {1, 0, unpack(loads)}
+end
+redis.call('ZREMRANGEBYSCORE', own, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', active, '-inf', now)
+if all_full then
+  local mine = redis.call('ZCARD', own)
+  local tokens = redis.call('ZCARD', active)
+  if mine == 0 then tokens = tokens + 1 end
+  local share = math.max(1, math.floor(total_cap / tokens))
+  if mine >= share then
+    return {2, share, unpack(loads)}
+  end
+end
+local turn = tonumber(ARGV[5])
+local best = nil
+for i = 1, n do
+  if best == nil then
+    best = i
+  else
+    local a = {down[i], loads[i], (i - 1 - turn) % n}
+    local b = {down[best], loads[best], (best - 1 - turn) % n}
+    if a[1] < b[1] or (a[1] == b[1] and (a[2] < b[2] or (a[2] == b[2] and a[3] < b[3]))) then
+      best = i
+    end
+  end
+end
+local aff = tonumber(ARGV[6])
+if aff > 0 and down[aff] == 0 and loads[aff] <= loads[best] + tonumber(ARGV[7]) then
+  best = aff
+end
+redis.call('ZADD', KEYS[best], ARGV[3], ARGV[2])
+redis.call('EXPIRE', KEYS[best], math.ceil(tonumber(ARGV[3]) - now) + 60)
+redis.call('ZADD', own, ARGV[3], ARGV[2])
+redis.call('EXPIRE', own, math.ceil(tonumber(ARGV[3]) - now) + 60)
+redis.call('ZADD', active, ARGV[3], ARGV[4])
+redis.call('EXPIRE', active, math.ceil(tonumber(ARGV[3]) - now) + 60)
+return {0, best, unpack(loads)}
+"""
+
+# KEYS: the replica's in-flight set, the token's own set, the model's active set
+# ARGV: request id, token id
+_DONE = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('ZCARD', KEYS[2]) == 0 then
+  redis.call('ZREM', KEYS[3], ARGV[2])
+end
+return 0
+"""
+
+
+def model_key(model: str) -> str:
+    return hashlib.sha256(model.encode()).hexdigest()[:16]
+
+
+def affinity_key(headers, path: str, payload: dict) -> str | None:
+    """What makes requests share a replica: the client's `X-Session-ID`, else the prompt's
+    first PREFIX_CHARS characters (system messages first for chat: they are what requests of
+    one application share), else None. `X-NPC-Affinity: off` asks for plain least-loaded."""
+    if (headers.get("x-npc-affinity") or "").lower() == "off":
+        return None
+    if session := headers.get("x-session-id"):
+        return "s:" + session[:200]
+    prompt = payload.get("prompt")
+    if isinstance(prompt, str):
+        text = prompt
+    elif isinstance(payload.get("messages"), list):
+        msgs = [m for m in payload["messages"] if isinstance(m, dict)]
+        ordered = [m for m in msgs if m.get("role") == "system"] + [
+            m for m in msgs if m.get("role") != "system"
+        ]
+        parts: list[str] = []
+        size = 0
+        for m in ordered:
+            content = m.get("content")
+            text = content if isinstance(content, str) else str(content)
+            parts.append(text)
+            size += len(text)
+            if size >= PREFIX_CHARS:
+                break
+        text = "\x1e".join(parts)
+    else:
+        return None
+    if len(text) < 32:  # too short to share a cached block
+        return None
+    return "p:" + text[:PREFIX_CHARS]
+
+
+def affine(key: str, ups: list[Upstream]) -> int:
+    """The index of the replica that `key` prefers (rendezvous hashing: a replica joining or
+    leaving moves only the keys that preferred it)."""
+
+    def weight(up: Upstream) -> bytes:
+        return hashlib.blake2b(f"{up.replica_id}|{key}".encode(), digest_size=8).digest()
+
+    return max(range(len(ups)), key=lambda i: weight(ups[i]))
+
+
+@dataclass
+class Lease:
+    """A request counted in flight on a replica (in Redis, for every console process)."""
+
+    request_id: str
+    token_id: int
+    model: str
+    replica_id: int
+    shared: bool = True  # False: Redis was unreachable, counted in this process only
+    renewed_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class Overloaded:
+    """No replica is picked: shed (every replica far past its capacity) or past this
+    token's fair share while every replica is full."""
+
+    kind: str  # "shed" | "fair_share"
+    share: int = 0
 
 
 class Router:
@@ -98,6 +278,8 @@ class Router:
         self.down_until: dict[int, float] = {}
         self._rr = itertools.count()
         self._lock = asyncio.Lock()
+        self._scripts: dict[tuple[int, str], object] = {}
+        self._warned = 0.0
 
     async def refresh(self, force: bool = False) -> Table:
         if force or time.monotonic() - self.table.at > REFRESH_S:
@@ -107,6 +289,7 @@ class Router:
         return self.table
 
     async def candidates(self, model: str) -> list[Upstream]:
+        """The ready upstreams of `model`, best first by what this process knows alone."""
         table = await self.refresh()
         ups = list(table.by_model.get(model, ()))
         if not ups:
@@ -121,13 +304,124 @@ class Router:
 
         return [up for _, up in sorted(enumerate(ups), key=key)]
 
+    def _script(self, redis, source: str):
+        key = (id(redis), source)
+        script = self._scripts.get(key)
+        if script is None:
+            script = self._scripts[key] = redis.register_script(source)
+        return script
+
+    async def pick(
+        self,
+        redis,
+        model: str,
+        ups: list[Upstream],
+        *,
+        token_id: int,
+        affinity: str | None = None,
+    ) -> tuple[list[Upstream], Lease] | Overloaded:
+        """Order `ups` with the replica to try first at the head, counting the request in
+        flight there for every console process; or say the model is overloaded."""
+        ups = sorted(ups, key=lambda up: up.replica_id)  # one order for every process
+        now_m = time.monotonic()
+        now = time.time()
+        lease = Lease(uuid.uuid4().hex, token_id, model, 0)
+        mk = model_key(model)
+        keys = [INFLIGHT + str(up.replica_id) for up in ups]
+        keys += [f"{OWN}{mk}:{token_id}", ACTIVE + mk]
+        args: list[object] = [
+            now,
+            lease.request_id,
+            now + LEASE_S,
+            token_id,
+            next(self._rr) % len(ups),
+            affine(affinity, ups) + 1 if affinity else 0,
+            AFFINITY_SLACK,
+            SHED_FACTOR,
+        ]
+        for up in ups:
+            down = self.down_until.get(up.replica_id, 0) > now_m
+            args += [up.scraped_load, up.capacity, int(down)]
+        try:
+            code, chosen, *loads = await self._script(redis, _PICK)(keys=keys, args=args)
+        except Exception as exc:  # routing outranks sharing: fall back to this process alone
+            self._warn(exc)
+            order = await self.candidates(model)
+            lease.replica_id, lease.shared = order[0].replica_id, False
+            self.inflight[lease.replica_id] += 1
+            return order, lease
+        if int(code) == 1:
+            return Overloaded("shed")
+        if int(code) == 2:
+            return Overloaded("fair_share", int(chosen))
+        first = ups[int(chosen) - 1]
+        rest = sorted(
+            (i for i in range(len(ups)) if ups[i] is not first),
+            key=lambda i: (self.down_until.get(ups[i].replica_id, 0) > now_m, float(loads[i])),
+        )
+        lease.replica_id = first.replica_id
+        self.inflight[first.replica_id] += 1
+        return [first, *(ups[i] for i in rest)], lease
+
+    async def move(self, redis, lease: Lease, to: Upstream) -> None:
+        """Count the request on `to` instead (failover to the next replica)."""
+        self._local_release(lease.replica_id)
+        old, lease.replica_id = lease.replica_id, to.replica_id
+        self.inflight[to.replica_id] += 1
+        if not lease.shared:
+            return
+        try:
+            pipe = redis.pipeline(transaction=False)
+            pipe.zrem(INFLIGHT + str(old), lease.request_id)
+            pipe.zadd(INFLIGHT + str(to.replica_id), {lease.request_id: time.time() + LEASE_S})
+            pipe.expire(INFLIGHT + str(to.replica_id), int(LEASE_S) + 60)
+            await pipe.execute()
+        except Exception as exc:
+            self._warn(exc)
+
+    async def renew(self, redis, lease: Lease) -> None:
+        """Push a long stream's lease forward (every RENEW_S)."""
+        if not lease.shared or time.monotonic() - lease.renewed_at < RENEW_S:
+            return
+        lease.renewed_at = time.monotonic()
+        deadline = time.time() + LEASE_S
+        mk = model_key(lease.model)
+        try:
+            pipe = redis.pipeline(transaction=False)
+            pipe.zadd(INFLIGHT + str(lease.replica_id), {lease.request_id: deadline}, xx=True)
+            pipe.zadd(f"{OWN}{mk}:{lease.token_id}", {lease.request_id: deadline}, xx=True)
+            pipe.zadd(ACTIVE + mk, {str(lease.token_id): deadline}, gt=True)
+            await pipe.execute()
+        except Exception as exc:
+            self._warn(exc)
+
+    async def done(self, redis, lease: Lease) -> None:
+        """The request ended: it is no longer in flight anywhere."""
+        self._local_release(lease.replica_id)
+        if not lease.shared:
+            return
+        mk = model_key(lease.model)
+        keys = [INFLIGHT + str(lease.replica_id), f"{OWN}{mk}:{lease.token_id}", ACTIVE + mk]
+        try:
+            await self._script(redis, _DONE)(keys=keys, args=[lease.request_id, lease.token_id])
+        except Exception as exc:
+            self._warn(exc)
+
+    def _local_release(self, replica_id: int) -> None:
+        self.inflight[replica_id] -= 1
+        if self.inflight[replica_id] <= 0:
+            del self.inflight[replica_id]
+
     def acquire(self, up: Upstream) -> None:
         self.inflight[up.replica_id] += 1
 
     def release(self, up: Upstream) -> None:
-        self.inflight[up.replica_id] -= 1
-        if self.inflight[up.replica_id] <= 0:
-            del self.inflight[up.replica_id]
+        self._local_release(up.replica_id)
 
     def mark_down(self, up: Upstream) -> None:
         self.down_until[up.replica_id] = time.monotonic() + DOWN_S
+
+    def _warn(self, exc: Exception) -> None:
+        if time.monotonic() - self._warned > 60:
+            self._warned = time.monotonic()
+            log.warning("in-flight counts not shared (Redis unreachable): %s", exc)
