@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Usage
+from .models import RateLimit, Usage
 
 
 @admin.register(Usage)
@@ -21,3 +21,21 @@ class UsageAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False  # counted by the gateway only
+
+
+@admin.register(RateLimit)
+class RateLimitAdmin(admin.ModelAdmin):
+    """Read-only here: limits are set on the gateway page or the API (services.py audits
+    every change and tells every console process at once)."""
+
+    list_display = ("token", "model", "requests_per_minute", "tokens_per_minute", "concurrent")
+    readonly_fields = [f.name for f in RateLimit._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
