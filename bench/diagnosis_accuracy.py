@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from console.diagnosis.codes import find_codes  # noqa: E402
 from console.diagnosis.matcher import diagnose  # noqa: E402
-from tests.console.diagnosis.corpus import Log, all_logs  # noqa: E402
+from tests.console.diagnosis.corpus import CORPUS, Log, all_logs  # noqa: E402
 
 
 @dataclass
@@ -87,12 +87,34 @@ def report(name: str, s: Score, show_misses: bool) -> None:
         print(f"  {len(s.misses)} misses (not shown: the test split is never tuned on)")
 
 
+def manifest_of(log: Log) -> str:
+    """The manifest (collection round) that lists a corpus log; fixtures have none."""
+    for manifest in sorted(CORPUS.glob("*.yaml")):
+        if f"logs/{log.name}" in manifest.read_text(encoding="utf-8"):
+            return manifest.stem
+    return "fixtures"
+
+
+def report_by_manifest(name: str, logs: list[Log]) -> None:
+    """Counts only (no log names): how each collection round fares on one split."""
+    by: dict[str, list[Log]] = {}
+    for log in logs:
+        by.setdefault(manifest_of(log), []).append(log)
+    parts = []
+    for manifest, group in sorted(by.items()):
+        s = score(group)
+        parts.append(f"{manifest} {s.correct}/{s.scored}")
+    print(f"  {name} by manifest: {', '.join(parts)}")
+
+
 def main() -> None:
     logs = all_logs()
     dev = [log for log in logs if log.split == "dev"]
     test = [log for log in logs if log.split == "test"]
     report("development", score(dev), show_misses=True)
+    report_by_manifest("development", dev)
     report("test", score(test), show_misses=os.environ.get("BENCH_SHOW_TEST_MISSES") == "1")
+    report_by_manifest("test", test)
     print(f"10,000-line log: {time_10k_lines(dev) * 1000:.0f} ms")
 
 

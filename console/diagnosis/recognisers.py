@@ -31,12 +31,19 @@ EXCEPTION = (
     r"(?:^|[^\w.])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Timeout|Failure|"
     r"NotFound)|(?:[a-z_]\w*\.)+[A-Z]\w*)(?:\([^)]{0,80}\))?(?::\s*(.*)|$)"
 )
-# An error line that is not a traceback's end: a log level or a failure word.
+# An error line that is not a traceback's end: a log level or a failure word. The level may be
+# glog's or c10's ("E0331 20:50:12", "[E331 20:50:12…"); "…Error:" counts even glued to a
+# mistyped class ("0SError: …"); the loader's and Python's import wordings, pip's resolver's
+# ("conflicting dependencies"), and Chinese reporters' words (报错 "an error is reported",
+# 失败 "failed", 不匹配/不兼容/不支持 "does not match / incompatible / not supported") count too.
 ERROR_LINE = (
-    r"(?:\bERROR\b|\[ERROR\]|\bFATAL\b|\bCRITICAL\b|\bE\d{4} |\b[EW][0-9A-Z]\d{4}[:\[]|"
-    r"(?i:\bfailed\b|\bfailure\b|\berror:|\berror code\b|\bexception\b|errorstr|"
-    r"does not match|mismatch|cannot open shared object|error while loading shared libraries|not supported|"
-    r"unsupported|does not support|can ?not be found|could not be found))"
+    r"(?:\bERROR\b|\[ERROR\]|\bFATAL\b|\bCRITICAL\b|\bE\d{4} |\b[EF]\d{3,4} \d\d:\d\d:\d\d|"
+    r"\b[EW][0-9A-Z]\d{4}[:\[]|报错|错误|失败|不匹配|不兼容|不支持|"
+    r"(?i:\bfailed\b|\bfailure\b|error:|\berror code\b|\bexception\b|errorstr|"
+    r"does not match|mismatch|cannot open shared object|error while loading shared libraries|"
+    r"undefined symbol|no module named|cannot import name|conflict|incompatible|"
+    r"not (?:currently |yet )?supported|unsupported|does not support|can ?not be found|"
+    r"could not be found))"
 )
 
 

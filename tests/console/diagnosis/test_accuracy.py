@@ -11,8 +11,8 @@ from tests.console.diagnosis.samples import ASCEND
 
 # Floors pinned at what the rules reach (docs/diagnosis.md has the figures); the goal is 90 %.
 FIXTURES_FLOOR = 0.9
-DEV_FLOOR = 0.93
-TEST_FLOOR = 0.74
+DEV_FLOOR = 0.94
+TEST_FLOOR = 0.77
 
 
 def test_every_ascend_error_sample_has_an_expected_category():

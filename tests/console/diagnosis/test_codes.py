@@ -35,6 +35,7 @@ def test_the_tables_are_complete_and_every_entry_has_a_source_and_a_known_catego
         ("ei0006", "hccl-failure", True),
         ("EL0004", "npu-oom", True),
         ("-8020", "device-busy", True),
+        ("-8005", "npu-init-failure", True),  # DCMI could not open the devices (round 4)
         ("EI0999", "hccl-failure", False),  # unknown code of a known module: the module's
         ("107999", "config-invalid", False),  # unknown runtime code: its class's
     ],
@@ -158,6 +159,26 @@ def test_an_exception_is_read_after_full_width_punctuation_or_cjk_text():
             "Some link files (e.g. libascend_hal.so) can not be found and importing `torch_npu` "
             "will raise `No such file or directory` error.",
             "driver-missing",
+        ),
+        # round 4 (development logs): c10's own error level, the loader's and pip's wordings,
+        # a retyped exception class, torch_npu's CPU-fallback warning, Chinese failure words
+        (
+            "[E331 20:50:12.688969421 socket.cpp:1011] [c10d] The client socket has timed out "
+            "after 1800000ms while trying to connect to (10.123.x.x, 38321)",
+            "hccl-failure",
+        ),
+        ("torch-npu==2.7.1导入时报错undefined symbol: MsprofSysCycleTime", "version-mismatch"),
+        ("报错信息显示与vllm版本不匹配", "version-mismatch"),
+        (
+            "When installing vllm and vllm-ascend, a dependency conflict occurs regarding the "
+            "torch version.",
+            "version-mismatch",
+        ),
+        ("0SError: Can't load the configuration of '/data/0wen/0wen3-0.6B'", "model-not-found"),
+        (
+            "Warning: CAUTION: The operator 'aten::isin.Tensor_Tensor_out' is not currently "
+            "supported on the NPU backend and will fall back to run on the CPU.",
+            "op-unsupported",
         ),
     ],
 )
