@@ -21,6 +21,10 @@ DEBUG = env.get_bool("DEBUG", False)
 SECRET_KEY = env.secret_key(VAR_DIR)
 ALLOWED_HOSTS = env.get_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.get_list("CSRF_TRUSTED_ORIGINS", [])
+# The console's address as people reach it: absolute links in incident webhooks.
+PUBLIC_URL = env.check_url(
+    "PUBLIC_URL", env.get_str("PUBLIC_URL") or "http://127.0.0.1:8000", {"http", "https"}
+).rstrip("/")
 
 # --- database -------------------------------------------------------------------------------
 DATABASE_URL = env.check_url(
@@ -80,6 +84,11 @@ REDIS_MANAGE_ACL = env.get_bool("REDIS_MANAGE_ACL", False)
 # The ports engines are given on each host (docs/operations.md); a port something else listens
 # on (the agent reports them) or that refused a bind is skipped.
 ENGINE_PORT_RANGE = env.get_port_range("NPU_ENGINE_PORTS", (8100, 8999))
+# Engine flags and variables that only an admin may set (workers/engine_settings.py,
+# PRIVILEGED_FLAGS / PRIVILEGED_ENV) which operators may set too on this console: comma lists
+# of names, e.g. NPU_OPERATOR_ALLOWED_FLAGS=--chat-template (docs/security.md).
+NPU_OPERATOR_ALLOWED_FLAGS = env.get_list("NPU_OPERATOR_ALLOWED_FLAGS", [])
+NPU_OPERATOR_ALLOWED_ENV = env.get_list("NPU_OPERATOR_ALLOWED_ENV", [])
 # The password of the `npc-bootstrap` user, which agents use before they are enrolled.
 NPU_BOOTSTRAP_REDIS_PASSWORD = env.get_str("NPU_BOOTSTRAP_REDIS_PASSWORD") or ""
 if REDIS_MANAGE_ACL and not NPU_BOOTSTRAP_REDIS_PASSWORD:
@@ -121,12 +130,14 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "console.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "console.accounts.middleware.LoginRequiredMiddleware",
+    "console.accounts.middleware.PasswordChangeRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -181,6 +192,20 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cook
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+# Content-Security-Policy (console/csp.py; Django 6's SECURE_CSP shape): no inline script or
+# style, no eval — templates keep behaviour in static/js and styles in static/css.
+SECURE_CSP = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'", "data:"],
+    "font-src": ["'self'"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
 # Served over HTTPS (SECURE_COOKIES=1): secure cookies, HSTS, the HTTPS redirect; with these
 # `manage.py check --deploy` is clean (tests/security/test_deploy_settings.py). Off by default
 # so `make run` works over plain http on 127.0.0.1. See docs/security.md.

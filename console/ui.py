@@ -44,6 +44,7 @@ _REPLICA_KIND = {
     "starting": "info",
     "loading": "info",
     "stopping": "info",
+    "draining": "info",
     "unhealthy": "warn",
     "unknown": "warn",
     "failed": "crit",

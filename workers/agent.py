@@ -46,6 +46,12 @@ log = logging.getLogger("workers.agent")
 NPU_PROVIDERS = ("ascend", "simulated", "nvidia")
 
 
+def wall_clock() -> float:
+    """This host's clock (Unix seconds), as the console's clock-skew check measures it: the
+    times in a ping's answer come from here (a test shifts it to play a skewed host)."""
+    return time.time()
+
+
 def primary_address() -> str:
     """The first non-loopback IPv4 address (what operators ssh to), or ''."""
     for addrs in psutil.net_if_addrs().values():
@@ -293,7 +299,7 @@ def command_handlers(agent: Agent) -> dict:
             "pong": value,
             "node": agent.config.node_name,
             "agent_version": AGENT_VERSION,
-        },
+        },  # run_command adds the clock reading (contracts.ClockReading)
         "host.rotate_credential": agent.rotate,
     }
 
@@ -306,6 +312,11 @@ def run_command(agent: Agent, handlers: dict, command: dict) -> None:
         if handler is None:
             raise ValueError(f"unknown command {name!r}")
         result = handler(*command["a"])
+        if name == Tasks.HOST_PING and isinstance(result, dict):
+            # the console's clock-skew check (NTP-style): when this agent read the command
+            # (stamped by command_loop, before any wait for a free thread) and answers it
+            received = command.get("received_at") or wall_clock()
+            result = {**result, "received_at": received, "replied_at": wall_clock()}
         log.info("command %s [%s] done", name, command["id"])
     except ValidationError as exc:  # without the input: a spec carries the engine's key
         log.warning("command %s [%s] refused: %s", name, command["id"], describe(exc))
@@ -333,6 +344,7 @@ def command_loop(agent: Agent, workers: int = 6) -> None:
                 agent.stop.wait(1.0)
                 continue
             if command is not None:
+                command["received_at"] = wall_clock()
                 pool.submit(run_command, agent, handlers, command)
 
 

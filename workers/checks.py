@@ -1,7 +1,9 @@
 """Node checks run by the agent: each says pass/fail, what it saw, and how to fix it.
 
-Run on demand (task host.run_checks) and when the agent starts. Clock skew is judged by the
-console on receipt (it compares the report's sent_at with its own clock). The NPU network
+Run on demand (task host.run_checks) and when the agent starts. Clock skew is measured by the
+console once a report arrives, NTP-style over `host.ping` (the agent's answer carries when it
+read the ping and when it answered: workers/agent.py run_command, contracts.ClockReading),
+so the time a report waits in the inbox never reads as skew. The NPU network
 checks (npu-network, hccn-conf) pass with "no hccn_tool" on hosts without the Ascend driver
 tools, so simulated and CPU-only agents stay green; docs/operations.md, "NPU network preflight".
 """

@@ -161,6 +161,10 @@ class ChipTelemetry(BaseModel):
     memory_total_mb: int | None = None
     hbm_used_mb: int | None = None
     hbm_total_mb: int | None = None
+    # the chip's DDR huge pages (npu-smi "Hugepages-Usage(page)", 310/310P cards), in pages;
+    # older agents send neither (they parsed them and dropped them here)
+    hugepages_used: int | None = None
+    hugepages_total: int | None = None
     bus_id: str | None = Field(None, max_length=32)  # = Accelerator.bus_id
     phy_id: Count | None = None
     logic_id: Count | None = None
@@ -177,9 +181,16 @@ class ChipTelemetry(BaseModel):
     def _finite(cls, v: float | None) -> float | None:
         return v if v is None or math.isfinite(v) else None
 
-    @field_validator("memory_used_mb", "memory_total_mb", "hbm_used_mb", "hbm_total_mb")
+    @field_validator(
+        "memory_used_mb",
+        "memory_total_mb",
+        "hbm_used_mb",
+        "hbm_total_mb",
+        "hugepages_used",
+        "hugepages_total",
+    )
     @classmethod
-    def _megabytes(cls, v: int | None) -> int | None:
+    def _megabytes(cls, v: int | None) -> int | None:  # or pages
         return v if v is None or 0 <= v < 2**31 else None
 
     @field_validator("numa_node")
@@ -328,6 +339,24 @@ class CheckReport(BaseModel):
     trigger: str = Field("on-demand", max_length=16)  # = NodeCheckRun.trigger
     sent_at: datetime
     results: list[CheckResult] = Field(..., max_length=MAX_CHECK_RESULTS)
+
+
+class ClockReading(BaseModel):
+    """The agent's half of an NTP-style clock exchange: its answer to `host.ping` carries
+    when it read the command (t1) and when it answered (t2), in Unix seconds of its own clock.
+    The console knows when it sent the command (t0) and when it read the answer (t3)
+    (console/inventory/checks.py clock_offset). An agent older than this sends neither."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    received_at: float = Field(..., gt=0, allow_inf_nan=False)
+    replied_at: float = Field(..., gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ClockReading:
+        if self.replied_at < self.received_at:
+            raise ValueError("replied_at is before received_at")
+        return self
 
 
 # --- engines (deployments) ----------------------------------------------------------------

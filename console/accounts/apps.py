@@ -14,4 +14,9 @@ class AccountsConfig(AppConfig):
     verbose_name = "Accounts, tokens and audit"
 
     def ready(self) -> None:
+        from django.contrib.auth.signals import user_logged_in
+
+        from console.accounts.middleware import note_password_state
+
         post_migrate.connect(_ensure_roles, sender=self)
+        user_logged_in.connect(note_password_state, dispatch_uid="npc-password-state")

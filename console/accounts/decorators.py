@@ -1,4 +1,7 @@
-"""View decorators: the role a page or action needs."""
+"""View decorators: the role a page or action needs.
+
+A refusal raises PermissionDenied with the role named, and leaves the role on the request
+(`request.required_role`) for templates/403.html, which shows it beside the user's own."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ def role_required(role: str):
             async def async_wrapper(request, *args, **kwargs):
                 user = await request.auser()
                 if not await sync_to_async(has_role)(user, role):
+                    request.required_role = role
                     raise PermissionDenied(f"this needs the {role} role")
                 return await view(request, *args, **kwargs)
 
@@ -30,6 +34,7 @@ def role_required(role: str):
         @wraps(view)
         def wrapper(request, *args, **kwargs):
             if not has_role(request.user, role):
+                request.required_role = role
                 raise PermissionDenied(f"this needs the {role} role")
             return view(request, *args, **kwargs)
 

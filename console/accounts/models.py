@@ -146,3 +146,18 @@ class AuditEntry(models.Model):
 
     def delete(self, *args, **kwargs):
         raise ValueError("audit entries are append-only")
+
+
+class AccountState(models.Model):
+    """What the console keeps about a user beyond Django's User: whether the password must be
+    changed before anything else (the generated first admin's; accounts/middleware.py)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="console_state"
+    )
+    must_change_password = models.BooleanField(
+        default=False, help_text="a generated password: changed at the next sign-in"
+    )
+
+    def __str__(self) -> str:
+        return f"state of {self.user}"

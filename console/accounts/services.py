@@ -13,6 +13,7 @@ from django.utils import timezone
 from console.accounts.models import (
     ROLE_PERMISSIONS,
     TOKEN_PREFIX,
+    AccountState,
     ApiToken,
     AuditEntry,
     Role,
@@ -139,6 +140,39 @@ def check_write(actor: Actor) -> None:
     """Raise Forbidden when the actor acts through a read-only token."""
     if actor.token is not None and actor.token.scope != TokenScope.WRITE:
         raise Forbidden("this token is read-only")
+
+
+# --- passwords ------------------------------------------------------------------------------
+def require_password_change(*, actor: Actor, user) -> None:
+    """Make `user` change the password at the next sign-in (a generated one; idempotent)."""
+    with transaction.atomic():
+        AccountState.objects.update_or_create(user=user, defaults={"must_change_password": True})
+        record(actor=actor, action="user.require_password_change", obj=user)
+
+
+def must_change_password(user) -> bool:
+    """True while `user` still has a password that must be changed (one query)."""
+    if user is None or not user.is_authenticated:
+        return False
+    return AccountState.objects.filter(user=user, must_change_password=True).exists()
+
+
+def change_password(*, actor: Actor, user, new_password: str) -> None:
+    """Set `user`'s password (already validated by the form) and lift a pending
+    must-change. Audited without the password; the caller keeps the session alive
+    (update_session_auth_hash): every other session of the user ends."""
+    with transaction.atomic():
+        user.set_password(new_password)
+        user.save(update_fields=["password"])
+        was_required = AccountState.objects.filter(user=user, must_change_password=True).update(
+            must_change_password=False
+        )
+        record(
+            actor=actor,
+            action="user.password_change",
+            obj=user,
+            message="first sign-in: the generated password was replaced" if was_required else "",
+        )
 
 
 # --- tokens ---------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from console.deployments.models import (
     Replica,
     ReplicaEvent,
     ReplicaMember,
+    Rollout,
 )
 
 
@@ -77,6 +78,20 @@ class NetProbeAdmin(admin.ModelAdmin):
 
     list_display = ["requested_at", "replica", "node", "status", "answered_at"]
     list_filter = ["status"]
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Rollout)
+class RolloutAdmin(admin.ModelAdmin):
+    """Read-only: rollouts are driven by reconcile (rollout.py), never edited by hand."""
+
+    list_display = ["deployment", "from_version", "to_version", "state", "replaced", "reason"]
+    list_filter = ["state"]
+
+    def has_add_permission(self, request):
+        return False
 
     def has_change_permission(self, request, obj=None):
         return False

@@ -294,7 +294,8 @@ def _apply(replica: Replica, report: EngineReport, group: bool = False) -> bool:
         fields["log_path"] = report.log_path
     if report.log_tail:
         fields["log_tail"] = report.log_tail[-50:]
-    if to == replica.state:
+    # a draining replica's engine still serves (reports ready) until the rollout stops it
+    if to == replica.state or (to == ReplicaState.READY and replica.state == ReplicaState.DRAINING):
         Replica.objects.filter(pk=replica.pk).update(**fields)
         return False
     if to == ReplicaState.FAILED and _replace_busy_port(replica, report, reason, fields):

@@ -6,6 +6,7 @@ import shlex
 
 from pydantic import ValidationError
 
+from console.deployments.masking import redact_argv, shown_env
 from console.deployments.schemas import DeploymentIn
 from console.errors import Invalid
 from workers import engine_settings
@@ -29,6 +30,12 @@ NUMBER_FIELDS = (
     *(r.name for r in _ROWS if r.kind in (int, float)),
 )
 BOOL_FIELDS = ("reschedule_on_node_loss", *(r.name for r in _ROWS if r.kind is bool))
+LINE_FIELDS = ("extra_env", "node_selector")  # KEY=VALUE per line
+# Every field the form carries; the rest of a DeploymentIn (preflight_override, ...) is API-only
+# and an edit keeps the stored value (form_spec's `keep`).
+FORM_FIELDS = frozenset(
+    (*TEXT_FIELDS, *NUMBER_FIELDS, *BOOL_FIELDS, *LINE_FIELDS, "extra_args", "npu_ids")
+)
 
 
 def engine_rows(post) -> list[dict]:
@@ -57,9 +64,38 @@ def _pairs(text: str, field: str) -> dict[str, str]:
     return out
 
 
-def parse_form(post) -> DeploymentIn:
-    """Raise Invalid naming the field, exactly as the API would."""
-    data: dict = {k: post.get(k, "").strip() for k in TEXT_FIELDS if post.get(k, "").strip()}
+def initial_from(dep) -> dict[str, object]:
+    """A stored deployment as the form's fields hold it (the edit page's first render):
+    secrets as viewers see them (`***`, kept by update_deployment when sent back unchanged),
+    checkboxes "on" or empty, lists as the text the form parses back to the same values."""
+    data: dict[str, object] = {k: getattr(dep, k) for k in (*TEXT_FIELDS, *NUMBER_FIELDS)}
+    data |= {k: "on" if getattr(dep, k) else "" for k in BOOL_FIELDS}
+    data["pinned_node"] = dep.pinned_node.name if dep.pinned_node_id else ""
+    data["extra_args"] = shlex.join(redact_argv([str(a) for a in dep.extra_args or []]))
+    data["extra_env"] = _lines(shown_env(dep.extra_env or {}))
+    data["node_selector"] = _lines(dep.node_selector or {})
+    data["npu_ids"] = ",".join(str(i) for i in dep.npu_ids or [])
+    return {k: "" if v is None else v for k, v in data.items()}
+
+
+def kept_fields(dep) -> dict[str, object]:
+    """The spec fields the form does not show, as stored: an edit through the form keeps them."""
+    return {
+        k: getattr(dep, k)
+        for k in DeploymentIn.model_fields
+        if k not in FORM_FIELDS and hasattr(dep, k)
+    }
+
+
+def _lines(pairs: dict) -> str:
+    return "\n".join(f"{k}={v}" for k, v in pairs.items())
+
+
+def parse_form(post, *, keep: dict | None = None) -> DeploymentIn:
+    """Raise Invalid naming the field, exactly as the API would. `keep`: values for the
+    fields the form does not carry (an edit: kept_fields of the stored deployment)."""
+    data: dict = dict(keep or {})
+    data |= {k: post.get(k, "").strip() for k in TEXT_FIELDS if post.get(k, "").strip()}
     data.update({k: post.get(k).strip() for k in NUMBER_FIELDS if post.get(k, "").strip()})
     data.update({k: True for k in BOOL_FIELDS if post.get(k)})
     try:

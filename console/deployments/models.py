@@ -111,6 +111,10 @@ class Deployment(EngineSettingsColumns):
     model_info = models.JSONField(default=dict, blank=True, help_text="what model.inspect reported")
     estimate = models.JSONField(default=dict, blank=True, help_text="memory estimate per NPU")
     spec_version = models.PositiveIntegerField(default=1)
+    # the settings last fully rolled out (every replica ready on them): what an automatic
+    # rollback restores (console/deployments/rollout.py); version 0 = none yet
+    good_version = models.PositiveIntegerField(default=0)
+    good_spec = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -141,6 +145,9 @@ class ReplicaState(models.TextChoices):
     FAILED = "failed", "Failed"
     CRASH_LOOP = "crash-loop", "Crash loop"
     UNKNOWN = "unknown", "Unknown"
+    # out of the gateway's routing (it routes READY only) while its requests finish, before a
+    # rolling update stops or replaces it (console/deployments/rollout.py)
+    DRAINING = "draining", "Draining"
 
 
 S = ReplicaState
@@ -159,8 +166,20 @@ REPLICA_TRANSITIONS: dict[str, set[str]] = {
     },
     S.STARTING: {S.LOADING, S.READY, S.FAILED, S.STOPPING, S.STOPPED, S.UNKNOWN, S.CRASH_LOOP},
     S.LOADING: {S.READY, S.FAILED, S.STOPPING, S.STOPPED, S.UNKNOWN, S.CRASH_LOOP, S.STARTING},
-    S.READY: {S.UNHEALTHY, S.FAILED, S.STOPPING, S.STOPPED, S.UNKNOWN, S.STARTING, S.LOADING},
-    S.UNHEALTHY: {S.READY, S.FAILED, S.STOPPING, S.STOPPED, S.UNKNOWN, S.STARTING},
+    S.READY: {
+        S.UNHEALTHY,
+        S.FAILED,
+        S.STOPPING,
+        S.STOPPED,
+        S.UNKNOWN,
+        S.STARTING,
+        S.LOADING,
+        S.DRAINING,
+    },
+    S.UNHEALTHY: {S.READY, S.FAILED, S.STOPPING, S.STOPPED, S.UNKNOWN, S.STARTING, S.DRAINING},
+    # not READY: an agent's report of the engine still serving must not undo a drain (a drain
+    # given up is undone by the rolling update alone: rollout.undrain)
+    S.DRAINING: {S.STOPPING, S.STOPPED, S.FAILED, S.UNKNOWN, S.CRASH_LOOP, S.STARTING},
     S.STOPPING: {S.STOPPED, S.FAILED, S.UNKNOWN},
     S.STOPPED: {S.PENDING, S.SCHEDULED, S.STARTING},
     S.FAILED: {
@@ -389,3 +408,66 @@ class NetProbe(models.Model):
 
     def __str__(self) -> str:
         return f"net probe {self.pk} of replica {self.replica_id} on {self.node_id} ({self.status})"
+
+
+class RolloutState(models.TextChoices):
+    ROLLING = "rolling", "Rolling out"
+    ROLLING_BACK = "rolling-back", "Rolling back"
+    DONE = "done", "Done"
+    ROLLED_BACK = "rolled-back", "Rolled back"
+    FAILED = "failed", "Failed"
+    SUPERSEDED = "superseded", "Superseded"
+
+
+ROLLOUT_ACTIVE = (RolloutState.ROLLING, RolloutState.ROLLING_BACK)
+
+
+class Rollout(models.Model):
+    """A rolling update of a deployment's running replicas to `target_version`, one replica
+    at a time (console/deployments/rollout.py). `to_version` is the spec asked for,
+    `from_version`/`before` the last good spec (what a rollback restores; the target then
+    becomes `from_version`). The step fields say which replica is being replaced now:
+    `step_old` by `step_new` (the same row in place, a surge row otherwise)."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="rollouts")
+    from_version = models.PositiveIntegerField(default=0)
+    to_version = models.PositiveIntegerField()
+    target_version = models.PositiveIntegerField()
+    before = models.JSONField(default=dict, blank=True)
+    state = models.CharField(
+        max_length=16, choices=RolloutState.choices, default=RolloutState.ROLLING, db_index=True
+    )
+    reason = models.CharField(max_length=500, blank=True)
+    replaced = models.PositiveSmallIntegerField(default=0)
+    step_mode = models.CharField(max_length=8, blank=True)  # "surge" | "in-place"
+    step_old = models.ForeignKey(
+        Replica, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    step_new = models.ForeignKey(
+        Replica, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    step_started_at = models.DateTimeField(null=True, blank=True)
+    step_verified_at = models.DateTimeField(null=True, blank=True)
+    verify_failures = models.PositiveSmallIntegerField(default=0)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id} rollout to v{self.to_version} ({self.state})"
+
+    @property
+    def summary(self) -> str:
+        """Where it stands, in one line (console/deployments/rollout.py summary)."""
+        from console.deployments.rollout import summary
+
+        return summary(self, self.deployment.replicas)
+
+    @property
+    def alert(self) -> str:
+        """The alert style pages show it with."""
+        if self.state in (RolloutState.FAILED, RolloutState.ROLLED_BACK):
+            return "error"
+        return "ok" if self.state == RolloutState.DONE else "warn"

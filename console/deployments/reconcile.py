@@ -2,6 +2,8 @@
 
 Runs from the beat every few seconds and after every start/stop/scale. Idempotent: each step
 is a conditional state transition, so two overlapping runs cannot both act on one replica.
+A spec change or an asked restart is rolled out replica by replica (rollout.py), which owns
+the replicas of its current step: this loop leaves those alone.
 A lost heartbeat alone never stops an engine: replicas of an offline node become `unknown`
 and are moved elsewhere only when the deployment allows it.
 """
@@ -15,7 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from console.deployments import groups, numa, scheduler
+from console.deployments import groups, numa, rollout, scheduler
 from console.deployments.engines import dispatch_start, dispatch_stop_replica
 from console.deployments.models import Deployment, DesiredState, Replica, ReplicaState
 from console.deployments.services import node_went_offline, transition_replica
@@ -42,12 +44,38 @@ def reconcile() -> dict[str, int]:
         want = dep.replicas if dep.desired_state == DesiredState.RUNNING else 0
         for index in range(want):
             Replica.objects.get_or_create(deployment=dep, index=index)
+        owned = _rolling(dep, latest)
         for replica in dep.replica_set.select_related("node").order_by("index"):
+            if replica.pk in owned or _owned_since(replica, want):
+                continue
             if replica.index < want:
                 done["scheduled"] += _converge_running(dep, replica, latest)
             else:
                 done["stopping"] += _converge_stopped(dep, replica)
     return done
+
+
+def _rolling(dep: Deployment, latest: dict) -> set[int]:
+    """The rolling update's pass over `dep` (rollout.advance); a failure there is logged and
+    never stops the loop over the other deployments."""
+    try:
+        return rollout.advance(dep, latest)
+    except Exception:  # noqa: BLE001 - one deployment's rollout must not stall them all
+        log.exception("rolling update of %s failed this pass", dep.name)
+        return set()
+
+
+def _owned_since(replica: Replica, want: int) -> bool:
+    """A row this pass would start or stop that a concurrent pass's rolling update owns, or
+    renumbered, since the rows were listed (read fresh; only for those it would act on)."""
+    if replica.index < want and replica.state not in STOPPED_LIKE:
+        return False
+    if (
+        replica.index >= want
+        and not Replica.objects.filter(pk=replica.pk, index__gte=want).exists()
+    ):
+        return True  # a surge row that took an old one's index meanwhile
+    return rollout.owns(replica.pk)
 
 
 def _latest() -> dict:
@@ -126,9 +154,7 @@ def _converge_running(dep: Deployment, replica: Replica, latest: dict) -> int:
         return 0
     if replica.state == S.FAILED and dep.nodes_per_replica > 1:
         return _restart_group(dep, replica)
-    if replica.spec_version != dep.spec_version and replica.state not in (S.STOPPING, S.UNKNOWN):
-        return _restart(dep, replica)
-    return 0
+    return 0  # a running replica on an older spec: the rolling update replaces it
 
 
 def _restart_group(dep: Deployment, replica: Replica) -> int:
@@ -225,22 +251,6 @@ def _group_ready_to_start(replica: Replica) -> str | None:
         scheduler.release(replica)
         Replica.objects.filter(pk=replica.pk).update(node=None, state_reason=str(exc)[:500])
         return None
-
-
-def _restart(dep: Deployment, replica: Replica) -> int:
-    """New spec or an asked restart: the same placement, a new generation."""
-    with transaction.atomic():
-        if replica.node is None or replica.state in STOPPED_LIKE:
-            return 0
-        if transition_replica(
-            replica,
-            S.STARTING,
-            f"restarting for spec version {dep.spec_version}",
-            generation=replica.generation + 1,
-            spec_version=dep.spec_version,
-        ):
-            dispatch_start(replica)
-    return 1
 
 
 def _converge_stopped(dep: Deployment, replica: Replica) -> int:

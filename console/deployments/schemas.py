@@ -121,6 +121,21 @@ class ReplicaDetailOut(ReplicaOut):
         return engine_metrics([obj.pk]).get(obj.pk, {})
 
 
+class RolloutOut(Schema):
+    """The deployment's latest rolling update (console/deployments/rollout.py)."""
+
+    state: str  # rolling, rolling-back, done, rolled-back, failed, superseded
+    from_version: int = Field(..., description="the last good spec: what a rollback restores")
+    to_version: int = Field(..., description="the spec being rolled out")
+    target_version: int = Field(..., description="what replicas converge to now")
+    replaced: int
+    step_mode: str = Field(..., description="surge, in-place or empty between steps")
+    reason: str
+    summary: str
+    started_at: datetime
+    finished_at: datetime | None
+
+
 class DeploymentOut(Schema, EngineSettings):
     id: int
     name: str
@@ -145,6 +160,7 @@ class DeploymentOut(Schema, EngineSettings):
     estimate: dict
     ready_replicas: int
     created_at: datetime
+    rollout: RolloutOut | None = None
 
     @staticmethod
     def resolve_pinned_node(obj) -> str | None:
@@ -163,6 +179,22 @@ class DeploymentOut(Schema, EngineSettings):
     @staticmethod
     def resolve_ready_replicas(obj) -> int:
         return sum(1 for r in obj.replica_set.all() if r.state == "ready")
+
+    @staticmethod
+    def resolve_rollout(obj) -> dict | None:
+        from console.deployments.rollout import summary
+
+        ro = obj.rollouts.first()
+        if ro is None:
+            return None
+        fields = ("state", "from_version", "to_version", "target_version", "replaced")
+        return {k: getattr(ro, k) for k in fields} | {
+            "step_mode": ro.step_mode,
+            "reason": ro.reason,
+            "summary": summary(ro, obj.replicas),
+            "started_at": ro.started_at,
+            "finished_at": ro.finished_at,
+        }
 
 
 class CatalogCardOut(Schema):

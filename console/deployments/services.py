@@ -6,16 +6,16 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from console.accounts.models import Role
-from console.accounts.services import Actor, check_role, record
+from console.accounts.services import Actor, check_role, has_role, record
 from console.deployments import numa
 from console.deployments import validation as v
 from console.deployments.estimate import estimate_memory
-from console.deployments.masking import restore_secrets
+from console.deployments.masking import restore_secrets, shown_env
 from console.deployments.models import (
     REPLICA_TRANSITIONS,
     Deployment,
@@ -29,7 +29,7 @@ from console.deployments.schemas import DeploymentIn
 from console.errors import Conflict, Invalid, NotFound
 from console.inventory.models import Accelerator, Node, NodeStatus
 from workers import engine_settings
-from workers.engine.argv import is_secret_name, redact_argv
+from workers.engine.argv import redact_argv
 
 log = logging.getLogger(__name__)
 # The columns a spec writes: the engine settings (the one table) and the rest of the spec.
@@ -102,12 +102,18 @@ def inspect_model(node: Node, path: str, timeout: float = 20.0) -> dict:
 
 
 def check_spec(
-    payload: DeploymentIn, *, deployment: str | None = None, inspect=None
+    payload: DeploymentIn,
+    *,
+    deployment: str | None = None,
+    inspect=None,
+    actor: Actor | None = None,
 ) -> CheckedSpec:
     """The one intake of a spec, for create, update and the form's live check: every rule of
     validation.py, the NPUs asked for, the model as the agent reads it, the memory estimate.
     `deployment`: the one being changed (its own NPUs are not a conflict). `inspect`: a
-    stand-in for the agent's model inspection (tests, the catalog's self-check)."""
+    stand-in for the agent's model inspection (tests, the catalog's self-check). `actor`: who
+    asks; flags and variables that make a host run code need the admin role
+    (validation.check_privileges; no actor = not an admin)."""
     spec = payload.spec
     spec["pinned_node"] = _node_or_none(payload.pinned_node)
     spec["model_path"] = v.check_model_path(spec["model_path"])
@@ -116,6 +122,7 @@ def check_spec(
         spec["block_size"] = v.ASCEND_BLOCK_SIZE
     v.check_extra_args(spec.get("extra_args") or [])
     v.check_extra_env(spec.get("extra_env") or {})
+    _check_privileges(spec, actor, deployment)
     v.check_parallelism(spec)
     _check_explicit_npus(spec, deployment)
     numa.check_binding(spec)
@@ -146,6 +153,18 @@ def check_spec(
     spec["estimate"] = est
     _check_torch_build(node)
     return CheckedSpec(fields=spec, node=node)
+
+
+def _check_privileges(spec: dict, actor: Actor | None, deployment: str | None) -> None:
+    """Admin-only flags, variables and settings (validation.check_privileges), compared with
+    the stored deployment on an update."""
+    admin = actor is not None and has_role(actor.user, Role.ADMIN)
+    stored = None
+    if deployment and not admin:
+        columns = ("model_path", "extra_args", "extra_env", *engine_settings.NAMES)
+        stored = Deployment.objects.filter(name=deployment).values(*columns).first()
+    allowed = frozenset(settings.NPU_OPERATOR_ALLOWED_FLAGS + settings.NPU_OPERATOR_ALLOWED_ENV)
+    v.check_privileges(spec, admin=admin, stored=stored, allowed=allowed)
 
 
 def _check_explicit_npus(spec: dict, deployment: str | None = None) -> None:
@@ -212,7 +231,7 @@ def create_deployment(*, actor: Actor, payload: DeploymentIn, inspect=None) -> D
     check_role(actor, Role.OPERATOR)
     if Deployment.objects.filter(name=payload.name).exists():
         raise Conflict(f"a deployment named {payload.name!r} exists", field="name")
-    checked = check_spec(payload, inspect=inspect)
+    checked = check_spec(payload, inspect=inspect, actor=actor)
     with transaction.atomic():
         dep = Deployment.objects.create(
             name=payload.name,
@@ -224,7 +243,10 @@ def create_deployment(*, actor: Actor, payload: DeploymentIn, inspect=None) -> D
             actor=actor,
             action="deployment.create",
             obj=dep,
-            after={"desired_state": payload.desired_state, "spec": _audited(checked.fields)},
+            after={
+                "desired_state": payload.desired_state,
+                "spec": {"name": dep.name, **_audited(checked.fields)},
+            },
         )
         if payload.desired_state == DesiredState.RUNNING:
             _kick_reconcile()
@@ -233,14 +255,12 @@ def create_deployment(*, actor: Actor, payload: DeploymentIn, inspect=None) -> D
 
 def _audited(fields: dict[str, Any]) -> dict[str, Any]:
     """The spec as the audit log keeps it: the columns a user set (not the agent's model
-    report nor the estimate), secret-named environment values and secret flags' values
-    masked."""
+    report nor the estimate), masked as viewers see them (console/deployments/masking.py):
+    secret-named environment values, passwords inside URLs, secret flags' values."""
     out = {k: fields[k] for k in SPEC_FIELDS if k in fields}
     out["extra_args"] = redact_argv(list(fields.get("extra_args") or []))
     out["pinned_node"] = fields["pinned_node"].name if fields.get("pinned_node") else None
-    out["extra_env"] = {
-        k: "***" if is_secret_name(k) else val for k, val in (fields.get("extra_env") or {}).items()
-    }
+    out["extra_env"] = shown_env(fields.get("extra_env") or {})
     return out
 
 
@@ -273,23 +293,30 @@ def _check_npu_holders(node, ids: list[int], deployment: str | None) -> None:
 def update_deployment(
     *, actor: Actor, name: str, payload: DeploymentIn, inspect=None
 ) -> Deployment:
-    """Replace the spec; running replicas restart with a new generation on the next reconcile.
+    """Replace the spec; running replicas are replaced one at a time by a rolling update
+    (console/deployments/rollout.py), rolled back automatically when the new one fails.
 
     check_spec (which may ask the agent) runs before the row lock; then the deployment is
-    re-read under the lock and only the spec fields are written, with `spec_version` bumped by
-    the database (F()): a start, stop, scale or restart committed meanwhile is kept. The
+    re-read under the lock and only the spec fields are written, with `spec_version` bumped
+    past every version issued (next_spec_version): a start, stop, scale or restart committed
+    meanwhile is kept. The
     desired state changes only when the request names it.
 
     A `***` where the API showed a secret (an extra_args flag value, a secret-named extra_env
     value) keeps the stored secret (console/deployments/masking.py restore_secrets): a GET ->
     PUT round trip never writes `***` over it; a `***` with nothing stored behind it is
-    refused (422)."""
+    refused (422).
+
+    Flags and variables only an admin may give (validation.check_privileges): an operator's
+    update may keep exactly what the stored spec has (an admin set it) or remove it, may
+    change every other field, but may not add one, change its value, or change the model
+    while one is kept (422 naming the field)."""
     check_role(actor, Role.OPERATOR)
     if payload.name != name:
         raise Invalid("a deployment cannot be renamed", field="name")
     before = get_deployment(name)  # 404 before any work
     payload = _with_stored_secrets(payload, before)
-    checked = check_spec(payload, inspect=inspect, deployment=name)
+    checked = check_spec(payload, inspect=inspect, deployment=name, actor=actor)
     fields = dict(checked.fields)
     if "desired_state" in payload.model_fields_set:
         fields["desired_state"] = payload.desired_state
@@ -299,10 +326,9 @@ def update_deployment(
             raise NotFound(f"no deployment named {name!r}", field="name")
         for key, value in fields.items():
             setattr(dep, key, value)
-        dep.spec_version = F("spec_version") + 1
+        dep.spec_version = next_spec_version(dep)
         dep.updated_at = timezone.now()
         dep.save(update_fields=[*fields, "spec_version", "updated_at"])
-        dep.refresh_from_db(fields=["spec_version"])
         record(
             actor=actor,
             action="deployment.update",
@@ -397,13 +423,32 @@ def _order_for_scale_down(dep: Deployment) -> None:
         Replica.objects.filter(pk=replica.pk).update(index=new)
 
 
+def next_spec_version(dep: Deployment) -> int:
+    """The version a spec change or an asked restart gets (call under the deployment's row
+    lock): past every version ever issued, also one a rollback went back from
+    (console/deployments/rollout.py), so a version number always means one spec."""
+    from django.db.models import Max
+
+    rolled = dep.rollouts.aggregate(top=Max("to_version"))["top"] or 0
+    return max(dep.spec_version, rolled) + 1
+
+
 def restart_deployment(*, actor: Actor, name: str) -> Deployment:
-    """Restart every replica: bump the spec version, so each gets a new generation."""
+    """Restart every replica: bump the spec version, so each gets a new generation — a
+    rolling restart, one replica at a time (console/deployments/rollout.py)."""
     check_role(actor, Role.OPERATOR)
     with transaction.atomic():
-        dep = get_deployment(name)
-        Deployment.objects.filter(pk=dep.pk).update(spec_version=F("spec_version") + 1)
-        record(actor=actor, action="deployment.restart", obj=dep)
+        dep = Deployment.objects.select_for_update().filter(name=name).first()
+        if dep is None:
+            raise NotFound(f"no deployment named {name!r}", field="name")
+        version = next_spec_version(dep)
+        Deployment.objects.filter(pk=dep.pk).update(spec_version=version)
+        record(
+            actor=actor,
+            action="deployment.restart",
+            obj=dep,
+            after={"spec_version": version},
+        )
     _kick_reconcile()
     return get_deployment(name)
 
@@ -420,7 +465,10 @@ def delete_deployment(*, actor: Actor, name: str) -> None:
             actor=actor,
             action="deployment.delete",
             obj=dep,
-            before={"desired_state": dep.desired_state, "spec": _audited(_columns(dep))},
+            before={
+                "desired_state": dep.desired_state,
+                "spec": {"name": dep.name, **_audited(_columns(dep))},
+            },
         )
         dep.delete()
 

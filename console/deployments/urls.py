@@ -13,6 +13,7 @@ urlpatterns = [
     path("catalog/", catalog_views.catalog_page, name="catalog"),
     path("deployments/validate", views.deployment_validate, name="deployment-validate"),
     path("deployments/<slug:name>/", views.deployment_detail, name="deployment-detail"),
+    path("deployments/<slug:name>/edit", views.deployment_edit, name="deployment-edit"),
     path("deployments/<slug:name>/try", views.try_prompt, name="deployment-try"),
     path(
         "deployments/<slug:name>/replicas/<int:replica_id>/log",

@@ -7,8 +7,11 @@ and the form shows the message under the field.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from console.errors import Invalid
 from workers import engine_settings
@@ -46,7 +49,8 @@ ENV_FORBIDDEN = {
     "HOME",
     "ASCEND_RT_VISIBLE_DEVICES",
     "HF_TOKEN",
-    "HF_HUB_OFFLINE",
+    "HF_HUB_OFFLINE",  # the agent sets the offline switches (workers/engine/argv.py ALWAYS)
+    "TRANSFORMERS_OFFLINE",
     "VLLM_API_KEY",  # the replica's engine key, set by the console (models.engine_api_key)
 }
 # Flags the console sets from fields: giving them in extra_args would contradict the spec.
@@ -58,6 +62,11 @@ MANAGED_FLAGS = {
     "--port": "placement",
     **dict.fromkeys(GROUP_FLAGS, "placement"),  # a multi-host replica's own (engine/group.py)
     **engine_settings.managed_flags(),
+}
+# Flags the agent sets itself (workers/engine/argv.py).
+AGENT_FLAGS = {
+    "--disable-access-log-for-endpoints": "the agent sets it: its own /health and /metrics "
+    "probes are kept out of the engine's access log",
 }
 FLAGS_FILE = Path(__file__).with_name("vllm_serve_flags.txt")
 
@@ -141,6 +150,8 @@ def check_extra_args(args: list[str]) -> list[str]:
                     "--api-key is set by the console: each replica's engine gets its own key",
                     field=field,
                 )
+            if name in AGENT_FLAGS:
+                raise Invalid(f"{name}: {AGENT_FLAGS[name]}", field=field)
             if name in MANAGED_FLAGS:
                 raise Invalid(
                     f"{name} is set by the field {MANAGED_FLAGS[name]!r}; set it there", field=field
@@ -175,6 +186,89 @@ def check_extra_env(env: dict[str, str]) -> dict[str, str]:
                 "values are strings without NUL bytes, at most 4096 characters", field=field
             )
     return env
+
+
+@dataclass(frozen=True)
+class Privilege:
+    """One thing in a spec that only an admin may ask of a host (workers/engine_settings.py,
+    PRIVILEGED_FLAGS / PRIVILEGED_ENV / admin_only rows)."""
+
+    field: str  # where it is: "extra_args.3", "extra_env.VLLM_PLUGINS", "trust_remote_code"
+    name: str  # the flag or variable, as messages and the allow-lists name it
+    key: tuple[Any, ...]  # what it is, value included: kept on an update means equal
+    why: str
+
+
+def flag_values(args: list[str]) -> Iterator[tuple[int, str, str | None]]:
+    """(position, flag, value) for each flag of a checked extra_args: the value of
+    `--flag=value`, or of `--flag value` (the next argument when it is no flag), else None."""
+    for i, arg in enumerate(args):
+        if not arg.startswith("-"):
+            continue
+        name, eq, value = arg.partition("=")
+        if not eq:
+            following = args[i + 1] if i + 1 < len(args) else None
+            value = following if following is not None and not following.startswith("-") else None
+        yield i, name, value
+
+
+def privileges(spec: Mapping[str, Any]) -> list[Privilege]:
+    """Everything in `spec` (a deployment's columns or a checked spec) that needs the admin
+    role, in field order: admin-only settings off their default, then flags, then variables."""
+    found = []
+    for row in engine_settings.ROWS:
+        value = spec.get(row.name, row.default)
+        if row.admin_only and value != row.default:
+            entry = engine_settings.PRIVILEGED_FLAGS.get(row.flag)
+            why = entry.why if entry else "admin only"
+            found.append(
+                Privilege(row.name, row.flag or row.name, ("setting", row.name, value), why)
+            )
+    for i, flag, value in flag_values(list(spec.get("extra_args") or [])):
+        why = engine_settings.privileged_flag(flag, value)
+        if why:
+            found.append(Privilege(f"extra_args.{i}", flag, ("flag", flag, value), why))
+    for name, value in (spec.get("extra_env") or {}).items():
+        why = engine_settings.privileged_env(name)
+        if why:
+            found.append(Privilege(f"extra_env.{name}", name, ("env", name, value), why))
+    return found
+
+
+def check_privileges(
+    spec: Mapping[str, Any],
+    *,
+    admin: bool,
+    stored: Mapping[str, Any] | None = None,
+    allowed: frozenset[str] = frozenset(),
+) -> None:
+    """Refuse (422 naming the field) what only an admin may ask of a host, unless the actor is
+    an admin or the flag / variable is on the console's allow-lists (`allowed`:
+    NPU_OPERATOR_ALLOWED_FLAGS and NPU_OPERATOR_ALLOWED_ENV).
+
+    On an update (`stored`: the deployment's columns) an operator may keep exactly what an
+    admin set (same flag, same value) and may remove it, but not add or change it; and while
+    such a thing is kept, not change the model it was given for (trust_remote_code runs the
+    model directory's code: approved for one directory, not for any)."""
+    if admin:
+        return
+    kept = {p.key for p in privileges(stored)} if stored else set()
+    still = False
+    for p in privileges(spec):
+        if p.name in allowed:
+            continue
+        if p.key in kept:
+            still = True
+            continue
+        again = " (an admin set it otherwise: keep it unchanged or remove it)" if stored else ""
+        raise Invalid(f"{p.name} needs the admin role: {p.why}{again}", field=p.field)
+    if still and stored and spec.get("model_path") != stored.get("model_path"):
+        raise Invalid(
+            "this deployment carries settings only an admin may give, for its model; an "
+            "operator may not change the model while they are kept (remove them, or ask an "
+            "admin)",
+            field="model_path",
+        )
 
 
 def divisors_up_to(n: int, limit: int = 16) -> list[int]:

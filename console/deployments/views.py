@@ -14,10 +14,16 @@ from console.accounts.decorators import role_required
 from console.accounts.services import actor_from_request
 from console.deployments import services
 from console.deployments.engines import engine_charts, engine_metrics
-from console.deployments.forms import engine_rows, parse_form
+from console.deployments.forms import engine_rows, initial_from, kept_fields, parse_form
 from console.deployments.inspection import InspectionPending
 from console.deployments.masking import shown_lines
-from console.deployments.models import Deployment, Replica, ReplicaState, engine_api_key
+from console.deployments.models import (
+    Deployment,
+    NpuAllocation,
+    Replica,
+    ReplicaState,
+    engine_api_key,
+)
 from console.errors import DomainError
 from console.inventory.models import Node
 from console.pagination import page_of
@@ -47,12 +53,26 @@ def deployment_list(request):
     subscript."""
     page = page_of(request, Deployment.objects.values("id", *LIST_FIELDS).order_by("name"))
     states: dict[int, list[str]] = {d["id"]: [] for d in page}
+    # where each runs: node -> the NPUs its replicas hold there (a multi-host replica's
+    # members each on their own node), from one more query
+    placed: dict[int, dict[str, list[int]]] = {d["id"]: {} for d in page}
     replicas = Replica.objects.filter(deployment_id__in=states).order_by("deployment_id", "index")
-    for deployment_id, state in replicas.values_list("deployment_id", "state"):
+    for deployment_id, state, node in replicas.values_list("deployment_id", "state", "node__name"):
         states[deployment_id].append(state)
+        if node:
+            placed[deployment_id].setdefault(node, [])
+    held = NpuAllocation.objects.filter(replica__deployment_id__in=states).values_list(
+        "replica__deployment_id", "accelerator__node__name", "accelerator__npu_id"
+    )
+    for deployment_id, node, npu in held:
+        placed[deployment_id].setdefault(node, []).append(npu)
     for d in page:
         d["replica_states"] = states[d["id"]]
         d["ready_count"] = states[d["id"]].count(ReplicaState.READY)
+        d["placement"] = [
+            {"node": node, "npus": sorted(set(npus))}
+            for node, npus in sorted(placed[d["id"]].items())
+        ]
     template = "deployments/list.html#rows" if request.htmx else "deployments/list.html"
     return render(request, template, {"deployments": page, "page": page})
 
@@ -61,6 +81,10 @@ def _form_context(request, dep: Deployment | None = None, **extra) -> dict:
     context = {"dep": dep, "nodes": Node.objects.order_by("name"), "post": request.POST}
     context.update(extra)
     context["engine_rows"] = engine_rows(context["post"])
+    error = context.get("error")
+    # the field an error names, without its key ("extra_env.HF_TOKEN" -> "extra_env"): the
+    # form shows the message under that field
+    context["error_field"] = (getattr(error, "field", None) or "").split(".")[0]
     return context
 
 
@@ -80,12 +104,40 @@ def deployment_new(request):
     return render(request, "deployments/form.html", _form_context(request))
 
 
+@role_required("operator")
+def deployment_edit(request, name: str):
+    """The create form, filled from the deployment; saving goes through update_deployment (the
+    API's PUT): the same checks, audit entry and reconcile. The name is the URL's; fields the
+    form does not show keep their stored values; `***` where a secret was shown keeps it."""
+    dep = get_object_or_404(Deployment.objects.select_related("pinned_node"), name=name)
+    if request.method != "POST":
+        return render(
+            request, "deployments/form.html", _form_context(request, dep, post=initial_from(dep))
+        )
+    post = request.POST.copy()
+    post["name"] = dep.name  # never renamed, whatever was posted
+    try:
+        payload = parse_form(post, keep=kept_fields(dep))
+        dep = services.update_deployment(
+            actor=actor_from_request(request), name=dep.name, payload=payload
+        )
+    except DomainError as exc:
+        context = _form_context(request, dep, post=post, error=exc)
+        return render(request, "deployments/form.html", context, status=exc.status)
+    messages.success(request, f"deployment {dep.name} updated (spec v{dep.spec_version})")
+    return redirect("deployment-detail", name=dep.name)
+
+
 @require_POST
 @role_required("operator")
 def deployment_validate(request):
-    """htmx: validate the form as it changes; show the memory estimate or the first problem."""
+    """htmx: validate the form as it changes; show the memory estimate or the first problem.
+    `editing`: the deployment the edit form changes (its own NPUs are no conflict)."""
     try:
-        checked = services.check_spec(parse_form(request.POST))
+        editing = request.POST.get("editing") or None
+        checked = services.check_spec(
+            parse_form(request.POST), deployment=editing, actor=actor_from_request(request)
+        )
         context = {"estimate": checked.estimate, "info": checked.model_info}
     except InspectionPending as exc:  # the partial polls until the agent has answered
         context = {"inspecting": exc.inspection}
@@ -106,7 +158,9 @@ def deployment_detail(request, name: str):
         metrics = engine_metrics([r.pk for r in replicas])
     except Exception:  # noqa: BLE001 - Redis down: the page still renders
         metrics = {}
+    many = len(replicas) > COLLAPSE_OVER
     for r in replicas:
+        r.collapsed = many and r.state not in FAILING  # a long page: failing cards stay open
         r.group_members = _members(r) if dep.nodes_per_replica > 1 else []
         r.live_metrics = metrics.get(r.pk, {})
         try:
@@ -117,9 +171,54 @@ def deployment_detail(request, name: str):
         "dep": dep,
         "replicas": replicas,
         "ready": [r for r in replicas if r.state == ReplicaState.READY],
+        "summary": replica_summary(replicas),
     }
     template = "deployments/detail.html#live" if request.htmx else "deployments/detail.html"
     return render(request, template, context)
+
+
+# The summary's buckets: every replica state falls in one (unknown: none of these).
+SUMMARY_BUCKETS = {
+    "ready": (ReplicaState.READY,),
+    "starting": (
+        ReplicaState.PENDING,
+        ReplicaState.SCHEDULED,
+        ReplicaState.STARTING,
+        ReplicaState.LOADING,
+    ),
+    "failed": (ReplicaState.FAILED, ReplicaState.CRASH_LOOP, ReplicaState.UNHEALTHY),
+    "stopped": (ReplicaState.DRAINING, ReplicaState.STOPPING, ReplicaState.STOPPED),
+}
+FAILING = SUMMARY_BUCKETS["failed"]
+COLLAPSE_OVER = 4  # more replicas than this: the cards start collapsed to one line
+
+
+def replica_summary(replicas: list[Replica]) -> dict:
+    """What the top of a deployment page says about its replicas (as loaded by
+    deployment_detail, events and allocations prefetched: no further query): counts by
+    bucket, the nodes they run on, the NPUs they hold and the latest move into a failing
+    state (with the replica it happened to)."""
+    counts = {b: sum(r.state in states for r in replicas) for b, states in SUMMARY_BUCKETS.items()}
+    counts["unknown"] = len(replicas) - sum(counts.values())
+    nodes = {r.node.name for r in replicas if r.node_id}
+    nodes |= {m.node.name for r in replicas for m in getattr(r, "group_members", [])}
+    # a move into a failing state (the events), or a replica failing now
+    failures = [
+        {"at": e.at, "state": e.to_state, "reason": e.reason, "replica": r}
+        for r in replicas
+        for e in r.events.all()
+        if e.to_state in FAILING
+    ] + [
+        {"at": r.state_changed_at, "state": r.state, "reason": r.state_reason, "replica": r}
+        for r in replicas
+        if r.state in FAILING
+    ]
+    return {
+        "counts": counts,
+        "nodes": sorted(nodes),
+        "npus": sum(len(r.allocations.all()) for r in replicas),
+        "last_failure": max(failures, key=lambda f: f["at"], default=None),
+    }
 
 
 def _members(replica: Replica) -> list:

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from console.diagnosis.models import Incident, IncidentNote
+from console.diagnosis.models import Incident, IncidentNote, WebhookEndpoint, WebhookNotice
 
 
 class IncidentNoteInline(admin.TabularInline):
@@ -22,3 +22,29 @@ class IncidentAdmin(admin.ModelAdmin):
 class IncidentNoteAdmin(admin.ModelAdmin):
     list_display = ["incident", "author", "at"]
     search_fields = ["text", "author"]
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Changed on the console's own pages and API only, where services audit every change
+    and never show a secret."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(ReadOnlyAdmin):
+    list_display = ("name", "enabled", "min_severity", "renotify_minutes", "last_status")
+    # the URL often embeds a token and the secret signs deliveries: neither is shown here
+    exclude = ("url", "secret")
+
+
+@admin.register(WebhookNotice)
+class WebhookNoticeAdmin(ReadOnlyAdmin):
+    list_display = ("incident", "endpoint_key", "sent_at", "count")

@@ -18,9 +18,9 @@ from pydantic import ValidationError
 
 from console.accounts.models import Role
 from console.accounts.services import actor_from_request, authenticate_token, check_role
-from console.diagnosis import faultcodes, incidents, services
+from console.diagnosis import faultcodes, incidents, services, webhook_services
 from console.diagnosis.codes import codebook
-from console.diagnosis.models import IncidentStatus
+from console.diagnosis.models import IncidentStatus, Severity
 from console.diagnosis.schemas import DiagnoseIn, DiagnosisOut, FaultLevelOut
 from console.errors import Invalid
 from console.pagination import LimitOffsetPagination
@@ -179,6 +179,7 @@ class IncidentOut(Schema):
 
 class IncidentNoteOut(Schema):
     id: int
+    kind: str  # note | system | repeat | action (the incident page's timeline)
     author: str
     text: str
     at: datetime
@@ -243,3 +244,90 @@ def resolve_incident(request, incident_id: int):
     """open/acknowledged → resolved. A recurrence later opens a new incident."""
     incidents.resolve_incident(actor=actor_from_request(request), incident_id=incident_id)
     return _detail(incidents.get_incident(incident_id))
+
+
+# --- incident webhooks ----------------------------------------------------------------------
+# Everyone with the viewer role sees the endpoints masked (url: scheme + host, secret: ***);
+# changes need the admin role (checked in console/diagnosis/webhook_services).
+class WebhookOut(Schema):
+    id: int | None  # None: the read-only INCIDENT_WEBHOOK_URL endpoint
+    name: str
+    url: str  # scheme and host only
+    secret: str  # always "***"
+    enabled: bool
+    min_severity: str
+    renotify_minutes: int
+    read_only: bool
+    last_delivery_at: datetime | None
+    last_status: int | None
+    last_error: str
+    last_event: str
+
+
+class WebhookCreatedOut(WebhookOut):
+    secret_value: str  # shown this once: the receiver verifies signatures with it
+
+
+class WebhookIn(StrictIn):
+    name: str = Field(min_length=1, max_length=100)
+    url: str = Field(min_length=1, max_length=webhook_services.MAX_URL)
+    secret: str = Field("", max_length=200, description="empty: one is generated")
+    enabled: bool = True
+    min_severity: Severity = Severity.WARNING
+    renotify_minutes: int = Field(30, ge=0, le=webhook_services.MAX_RENOTIFY_MINUTES)
+
+
+class WebhookPatch(StrictIn):
+    name: str | None = Field(None, min_length=1, max_length=100)
+    url: str | None = Field(None, max_length=webhook_services.MAX_URL)
+    secret: str | None = Field(None, max_length=200)
+    enabled: bool | None = None
+    min_severity: Severity | None = None
+    renotify_minutes: int | None = Field(None, ge=0, le=webhook_services.MAX_RENOTIFY_MINUTES)
+
+
+class WebhookTestOut(Schema):
+    ok: bool
+    status: int | None
+    error: str
+
+
+@router.get("/webhooks", response=list[WebhookOut])
+def list_webhooks(request):
+    """Incident webhook endpoints, masked; the env endpoint (if set) first, read-only."""
+    return webhook_services.shown_endpoints()
+
+
+@router.post("/webhooks", response={201: WebhookCreatedOut})
+def create_webhook(request, payload: WebhookIn):
+    """Add an endpoint (admin). 422 on a URL that is not http(s) or is link-local/metadata.
+    The secret (given or generated) is returned this once."""
+    endpoint = webhook_services.create_endpoint(
+        actor=actor_from_request(request), **payload.model_dump()
+    )
+    return Status(201, {**webhook_services.shown(endpoint), "secret_value": endpoint.secret})
+
+
+@router.patch("/webhooks/{webhook_id}", response=WebhookOut)
+def update_webhook(request, webhook_id: int, payload: WebhookPatch):
+    """Change an endpoint (admin); url/secret omitted, empty or as shown keep the stored ones."""
+    endpoint = webhook_services.update_endpoint(
+        actor=actor_from_request(request),
+        endpoint_id=webhook_id,
+        **payload.model_dump(exclude_unset=True),
+    )
+    return webhook_services.shown(endpoint)
+
+
+@router.delete("/webhooks/{webhook_id}", response={204: None})
+def delete_webhook(request, webhook_id: int):
+    """Delete an endpoint (admin)."""
+    webhook_services.delete_endpoint(actor=actor_from_request(request), endpoint_id=webhook_id)
+    return Status(204, None)
+
+
+@router.post("/webhooks/{webhook_id}/test", response=WebhookTestOut)
+def test_webhook(request, webhook_id: int):
+    """Deliver a test payload now (admin), waiting at most a few seconds for the receiver."""
+    result = webhook_services.send_test(actor=actor_from_request(request), endpoint_id=webhook_id)
+    return {"ok": result.ok, "status": result.status, "error": result.error}

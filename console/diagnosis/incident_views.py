@@ -56,8 +56,12 @@ def incident_detail(request, incident_id: int):
         Incident.objects.select_related("node", "replica__deployment", "accelerator"),
         pk=incident_id,
     )
-    context = {"incident": incident, "notes": incident.notes.all()}
-    context["member_logs"] = _member_logs(incident.replica)
+    context = {
+        "incident": incident,
+        "timeline": incidents.timeline(incident),
+        "npus": incident.accelerators.select_related("node").order_by("node__name", "npu_id"),
+        "member_logs": _member_logs(incident.replica),
+    }
     return render(request, "diagnosis/incident.html", context)
 
 
@@ -140,7 +144,7 @@ def accelerator_journal(request, accelerator_id: int):
         "entries": AuditEntry.objects.filter(
             object_type="inventory.accelerator", object_id=str(accelerator.pk)
         )[:200],
-        "incidents": Incident.objects.filter(accelerator=accelerator)[:100],
+        "incidents": incidents.incidents_of_accelerator(accelerator)[:100],
     }
     return render(request, "diagnosis/incident_journal.html", context)
 

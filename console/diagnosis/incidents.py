@@ -12,7 +12,7 @@ import logging
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
-from django.db.models import Case, Count, F, IntegerField, QuerySet, Value, When
+from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from console.accounts.models import Role
@@ -20,7 +20,7 @@ from console.accounts.services import Actor, check_role, record
 from console.deployments.masking import shown_lines
 from console.diagnosis import webhooks
 from console.diagnosis.matcher import diagnose
-from console.diagnosis.models import Incident, IncidentNote, IncidentStatus, Severity
+from console.diagnosis.models import Incident, IncidentNote, IncidentStatus, NoteKind, Severity
 from console.errors import Conflict, Invalid, NotFound
 from workers.engine.shipper import mask_secrets
 
@@ -32,38 +32,79 @@ HOT_C = 85.0  # as console.inventory.live.HOT_C
 ENGINE_CRASH = "engine-crash"
 NPU_HEALTH = "npu-health"
 OVER_TEMPERATURE = "over-temperature"
+# a crash-looping replica folds many times: the first repeats each get a timeline entry, the
+# rest only move `count` and `last_seen` (the page says how many it does not list)
+MAX_REPEAT_NOTES = 50
+CRASH_LOOP_NOTE = "crash-loop: the agent stopped restarting the engine. {}"
 
 
 # --- opening and folding ------------------------------------------------------------------
-def _open_or_fold(*, fingerprint: str, fields: dict, note: str = "") -> tuple[Incident, str]:
+def _open_or_fold(
+    *, fingerprint: str, fields: dict, note: str = "", repeat: str = "", always: bool = False
+) -> tuple[Incident, str]:
     """Fold into the unresolved incident with this fingerprint (one conditional UPDATE), or
     open a new one. Returns (incident, "opened" | "folded"). Safe under concurrency: the
-    partial unique constraint lets only one opener win; the loser folds."""
+    partial unique constraint lets only one opener win; the loser folds. A fold writes a
+    `repeat` timeline entry saying `repeat` (the first MAX_REPEAT_NOTES of them; `always`:
+    past those too)."""
     now = timezone.now()
     unresolved = Incident.objects.filter(fingerprint=fingerprint).exclude(
         status=IncidentStatus.RESOLVED
     )
     for _ in range(3):
         if unresolved.update(count=F("count") + 1, last_seen=now):
-            return unresolved.get(), "folded"
+            incident = unresolved.get()
+            _folded(incident, fields, repeat, now, always=always)
+            return incident, "folded"
         try:
             with transaction.atomic():
                 incident = Incident.objects.create(
                     fingerprint=fingerprint, first_seen=now, last_seen=now, **fields
                 )
                 if note:
-                    IncidentNote.objects.create(incident=incident, author="system", text=note)
+                    IncidentNote.objects.create(
+                        incident=incident, author="system", kind=NoteKind.SYSTEM, text=note, at=now
+                    )
             return incident, "opened"
         except IntegrityError:
             continue  # someone else opened it meanwhile: fold into theirs
     raise Conflict(f"could not open or fold incident {fingerprint}")
 
 
-def _record_open(fingerprint: str, fields: dict, note: str = "") -> Incident | None:
+def _evidence_lines(evidence: list[dict]) -> int:
+    return sum(len(block.get("context") or []) for block in evidence or [])
+
+
+def _folded(
+    incident: Incident, fields: dict, repeat: str, now: datetime, *, always: bool = False
+) -> None:
+    """A repeat's traces: its timeline entry, and — while no rule matched either time — its
+    log lines as the evidence when they are more than the incident holds (an engine first seen
+    unhealthy, reason only, then dying with its log tail: on-call reads the tail)."""
+    if repeat and (always or incident.count - 1 <= MAX_REPEAT_NOTES):
+        text = f"seen again ({incident.count} times): {repeat}"[:MAX_NOTE_CHARS]
+        IncidentNote.objects.create(
+            incident=incident, author="system", kind=NoteKind.REPEAT, text=text, at=now
+        )
+    evidence = fields.get("evidence") or []
+    if (
+        not incident.diagnoses
+        and not fields.get("diagnoses")
+        and _evidence_lines(evidence) > _evidence_lines(incident.evidence)
+    ):
+        Incident.objects.filter(pk=incident.pk).update(evidence=evidence)
+        incident.evidence = evidence
+
+
+def _record_open(
+    fingerprint: str, fields: dict, note: str = "", repeat: str = "", always: bool = False
+) -> Incident | None:
     """Open or fold and announce it; logs and returns None on any failure."""
     try:
         with transaction.atomic():
-            incident, event = _open_or_fold(fingerprint=fingerprint, fields=fields, note=note)
+            incident, event = _open_or_fold(
+                fingerprint=fingerprint, fields=fields, note=note, repeat=repeat, always=always
+            )
             webhooks.dispatch(incident.pk, event)
         return incident
     except Exception:  # noqa: BLE001 - an incident must never break a heartbeat or a report
@@ -114,10 +155,20 @@ def telemetry_snapshot(node) -> dict | None:
     return {"received_at": data.get("received_at"), "chips": data.get("chips") or []}
 
 
+def replica_fingerprint(replica, category: str, member_node=None) -> str:
+    """What folds: the same replica (and, over several hosts, the same failing member's node)
+    failing the same way. Five replicas of one deployment failing are five incidents."""
+    where = f":node:{member_node.name}" if member_node is not None else ""
+    return f"deployment:{replica.deployment_id}:replica:{replica.pk}{where}:{category}"
+
+
 def open_incident_for_replica(replica, report) -> Incident | None:
     """Diagnose a failed/crash-looping/unhealthy replica's report and open or fold an
-    incident, keyed by deployment + top category. With no rule matched the incident is still
-    opened (category engine-crash, titled from the report's reason). Never raises."""
+    incident, keyed by replica (+ the failing member's node over several hosts) + top
+    category; a repeat folds (count, last seen, a timeline entry). With no rule matched the
+    incident is still opened (category engine-crash, titled from the report's reason) and
+    shows the lines it was opened from. The NPUs the replica held are linked (the NPU
+    journal lists the incident). Never raises."""
     try:
         # the supervisor's own reason counts too; evidence line numbers are of this text
         # masked first (the incident's title, diagnoses and evidence are shown to viewers)
@@ -128,7 +179,8 @@ def open_incident_for_replica(replica, report) -> Incident | None:
         ]
         top = found[0] if found else None
         category = top["category"] if top else ENGINE_CRASH
-        node, member = _failing_member(replica, report)
+        node, member, npus = _failing_member(replica, report)
+        held = _npu_words(npus) if not member else ""
         fields = {
             "category": category,
             "severity": top["severity"] if top else Severity.CRITICAL,
@@ -137,9 +189,11 @@ def open_incident_for_replica(replica, report) -> Incident | None:
             ],
             "replica": replica,
             "node": node,
-            "subject": f"{replica.deployment.name} replica {replica.index}"
-            + member
-            + (f" on {node.name}" if node else ""),
+            "subject": (
+                f"{replica.deployment.name} replica {replica.index}{member}"
+                + (f" on {node.name}" if node else "")
+                + held
+            )[:200],
             "diagnoses": found,
             "evidence": evidence_context(lines, found),
             "telemetry": telemetry_snapshot(node),
@@ -147,45 +201,111 @@ def open_incident_for_replica(replica, report) -> Incident | None:
     except Exception:  # noqa: BLE001
         log.exception("could not diagnose replica %s", getattr(replica, "pk", None))
         return None
-    fingerprint = f"deployment:{replica.deployment_id}:{category}"
-    incident = _record_open(fingerprint, fields, note="" if found else "no rule matched")
+    fingerprint = replica_fingerprint(replica, category, node if member else None)
+    reason = mask_secrets(report.reason or "")
     # a multi-host member's agent gives up at once by design (the console restarts the group)
-    if incident is not None and report.phase == "crash-loop" and not member:
-        _note_crash_loop(incident, mask_secrets(report.reason or ""))
+    gave_up = report.phase == "crash-loop" and not member
+    incident = _record_open(
+        fingerprint,
+        fields,
+        note="" if found else "no rule matched",
+        repeat=CRASH_LOOP_NOTE.format(reason) if gave_up else f"{report.phase}: {reason}",
+        always=gave_up,
+    )
+    if incident is not None and npus:
+        _link_npus(incident, npus)
+    if incident is not None and gave_up:
+        _note_crash_loop(incident, reason)
     return incident
 
 
+ROLLOUT_FAILED = "rollout-failed"
+
+
+def open_incident_for_rollout(deployment, rollout, replica, why: str) -> Incident | None:
+    """A rolling update's new generation failed and was rolled back (or the rollback failed:
+    critical): one incident per deployment and rollout, a repeat folds. Never raises."""
+    rolled_back = rollout.state == "rolling-back"
+    fields = {
+        "category": ROLLOUT_FAILED,
+        "severity": Severity.WARNING if rolled_back else Severity.CRITICAL,
+        "title": (
+            f"rolling update of {deployment.name} to spec v{rollout.to_version} "
+            + (f"rolled back to v{rollout.from_version}" if rolled_back else "failed")
+        )[:300],
+        "replica": replica,
+        "node": replica.node if replica is not None else None,
+        "subject": f"{deployment.name} replica {getattr(replica, 'index', '?')}"[:200],
+    }
+    incident = _record_open(
+        f"deployment:{deployment.pk}:rollout:{rollout.pk}",
+        fields,
+        note=mask_secrets(why)[:MAX_NOTE_CHARS],
+        repeat=mask_secrets(why),
+    )
+    if incident is not None and not rolled_back:  # a rollback that failed folds in: worse now
+        try:
+            Incident.objects.filter(pk=incident.pk).update(
+                severity=Severity.CRITICAL, title=fields["title"]
+            )
+        except Exception:  # noqa: BLE001 - as every opener: never break the caller
+            log.exception("could not raise the severity of incident %s", incident.pk)
+    return incident
+
+
+def _held_npus(replica, node) -> list:
+    """The Accelerator rows the replica holds on `node` (all of its own when None)."""
+    from console.inventory.models import Accelerator
+
+    held = Accelerator.objects.filter(allocation__replica=replica)
+    if node is not None:
+        held = held.filter(node=node)
+    return list(held.order_by("npu_id", "chip_id"))
+
+
 def _failing_member(replica, report) -> tuple:
-    """(node, words) of where a failure came from: the replica's node, or for a replica over
-    several hosts the reporting member's — its rank and NPUs — so an HCCL or DP-handshake
-    failure names the host it happened on (its log: run `…-rank<m>` on the replica's log
-    page)."""
+    """(node, words, NPUs) of where a failure came from: the replica's node and NPUs, or for
+    a replica over several hosts the reporting member's — its rank and NPUs — so an HCCL or
+    DP-handshake failure names the host it happened on (its log: run `…-rank<m>` on the
+    replica's log page)."""
     if replica.deployment.nodes_per_replica <= 1 or not report.node:
-        return replica.node, ""
+        return replica.node, "", _held_npus(replica, None)
     member = replica.members.select_related("node").filter(node__name=report.node).first()
     if member is None:
-        return replica.node, ""
-    npus = sorted(
-        replica.allocations.filter(accelerator__node=member.node).values_list(
-            "accelerator__npu_id", flat=True
-        )
-    )
-    held = f", NPUs {','.join(map(str, npus))}" if npus else ""
-    return member.node, f" rank {member.rank} of {replica.deployment.nodes_per_replica}{held}"
+        return replica.node, "", _held_npus(replica, None)
+    npus = _held_npus(replica, member.node)
+    words = f" rank {member.rank} of {replica.deployment.nodes_per_replica}{_npu_words(npus)}"
+    return member.node, words, npus
+
+
+def _npu_words(npus: list) -> str:
+    """ ", NPU 3" / ", NPUs 0,1" / "" — the NPU ids a failing engine held."""
+    ids = sorted({a.npu_id for a in npus})
+    return f", NPU{'s' if len(ids) > 1 else ''} {','.join(map(str, ids))}" if ids else ""
+
+
+def _link_npus(incident: Incident, npus: list) -> None:
+    """Remember the NPUs the failing engine held (kept after they are released). Never
+    raises."""
+    try:
+        incident.accelerators.add(*npus)
+    except Exception:  # noqa: BLE001 - as every opener: never break a report
+        log.exception("could not link the NPUs of incident %s", incident.pk)
 
 
 def _note_crash_loop(incident: Incident, reason: str) -> None:
-    """The supervisor gave up restarting: say so on the incident (a note, severity critical),
-    whichever crash opened it. Never raises."""
+    """The supervisor gave up restarting: say so on the incident (severity critical), whichever
+    crash opened it. A fold said it in its repeat entry already; an incident this report opened
+    gets a system note. Never raises."""
     try:
         with transaction.atomic():
-            IncidentNote.objects.create(
-                incident=incident,
-                author="system",
-                text=f"crash-loop: the agent stopped restarting the engine. {reason}"[
-                    :MAX_NOTE_CHARS
-                ],
-            )
+            if incident.count == 1:
+                IncidentNote.objects.create(
+                    incident=incident,
+                    author="system",
+                    kind=NoteKind.SYSTEM,
+                    text=CRASH_LOOP_NOTE.format(reason)[:MAX_NOTE_CHARS],
+                )
             Incident.objects.filter(pk=incident.pk).update(severity=Severity.CRITICAL)
     except Exception:  # noqa: BLE001 - as every opener: never break a report
         log.exception("could not note the crash-loop on incident %s", incident.pk)
@@ -312,6 +432,28 @@ def incident_queue(*, status: str = "", category: str = "") -> QuerySet[Incident
     )
 
 
+def incidents_of_accelerator(accelerator) -> QuerySet[Incident]:
+    """Every incident about one NPU, newest first: its own faults (health, temperature — also
+    those opened on the node's first beat, before the chip had a row: matched by the chip's
+    fingerprint) and the failures of engines that held it."""
+    chip = f"npu:{accelerator.node.name}:{accelerator.npu_id}.{accelerator.chip_id}:"
+    mine = (
+        Q(accelerator=accelerator)
+        | Q(accelerators=accelerator)
+        | Q(node_id=accelerator.node_id, fingerprint__startswith=chip)
+    )
+    ids = Incident.objects.filter(mine).values("pk")
+    return Incident.objects.filter(pk__in=ids).order_by("-last_seen", "-id")
+
+
+def timeline(incident: Incident) -> dict:
+    """The incident's timeline in order (opened, then its notes, actions and folded repeats),
+    and how many repeats were folded without an entry of their own."""
+    notes = list(incident.notes.all())
+    listed = sum(1 for n in notes if n.kind == NoteKind.REPEAT)
+    return {"entries": notes, "unlisted_repeats": max(0, incident.count - 1 - listed)}
+
+
 def get_incident(incident_id: int) -> Incident:
     try:
         return Incident.objects.select_related("node", "replica__deployment", "accelerator").get(
@@ -335,6 +477,13 @@ def _transition(
             raise Conflict(f"incident #{incident_id} is {incident.status}", field="status")
         action = {"acknowledged": "incident.acknowledge", "resolved": "incident.resolve"}[to]
         record(actor=actor, action=action, obj=incident, after={"status": to})
+        IncidentNote.objects.create(
+            incident=incident,
+            author=actor.name[:150],
+            user=actor.user,
+            kind=NoteKind.ACTION,
+            text=str(to),
+        )
         if to == IncidentStatus.RESOLVED:
             webhooks.dispatch(incident.pk, "resolved")
     return incident

@@ -52,6 +52,11 @@ class Incident(models.Model):
         on_delete=models.SET_NULL,
         related_name="incidents",
     )
+    # the NPUs a failing replica (or multi-host member) held when it failed: the NPU journal
+    # lists the incident after the chips were released (`accelerator` is a chip fault's own)
+    accelerators = models.ManyToManyField(
+        "inventory.Accelerator", blank=True, related_name="engine_incidents"
+    )
     subject = models.CharField(max_length=200, blank=True, help_text="what failed, in words")
     diagnoses = models.JSONField(default=list, blank=True)  # Diagnosis.as_dict(), best first
     evidence = models.JSONField(default=list, blank=True)  # [{line, rule, context:[{n,text,hit}]}]
@@ -84,8 +89,18 @@ class Incident(models.Model):
         return self.status == IncidentStatus.RESOLVED
 
 
+class NoteKind(models.TextChoices):
+    NOTE = "note"  # an operator's words
+    SYSTEM = "system"  # the console's own ("no rule matched", "crash-loop: …")
+    REPEAT = "repeat"  # a folded repeat: the failure was seen again
+    ACTION = "action"  # acknowledged, resolved
+
+
 class IncidentNote(models.Model):
+    """One entry of an incident's timeline (the page lists them in order)."""
+
     incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="notes")
+    kind = models.CharField(max_length=16, choices=NoteKind.choices, default=NoteKind.NOTE)
     author = models.CharField(max_length=150)
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -98,3 +113,56 @@ class IncidentNote(models.Model):
 
     def __str__(self) -> str:
         return f"note on #{self.incident_id} by {self.author}"
+
+
+# --- incident webhooks (console/diagnosis/webhooks.py) --------------------------------------
+class WebhookEndpoint(models.Model):
+    """Where incident events are POSTed, signed with this endpoint's own secret.
+
+    `url` and `secret` are secrets (a Slack/Feishu/DingTalk hook URL embeds its token): shown
+    as scheme + host and `***` (webhook_services.shown_url), never logged, never audited.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    url = models.CharField(max_length=2000)
+    secret = models.CharField(max_length=200)
+    enabled = models.BooleanField(default=True)
+    min_severity = models.CharField(
+        max_length=16, choices=Severity.choices, default=Severity.WARNING
+    )
+    renotify_minutes = models.PositiveIntegerField(
+        default=30, help_text="a folded repeat pages again only after this long; 0 = every time"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    last_delivery_at = models.DateTimeField(null=True, blank=True)
+    last_status = models.PositiveIntegerField(null=True, blank=True)  # HTTP status
+    last_error = models.CharField(max_length=200, blank=True)  # "timed out" — never the URL
+    last_event = models.CharField(max_length=16, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"webhook {self.name}"
+
+    def wants(self, severity: str) -> bool:
+        """Whether an incident of `severity` reaches this endpoint (min_severity or worse)."""
+        return SEVERITY_RANK.get(severity, 3) <= SEVERITY_RANK.get(self.min_severity, 2)
+
+
+class WebhookNotice(models.Model):
+    """When an endpoint was last told about an incident, and the count it was told: folded
+    repeats inside the endpoint's re-notify interval send nothing (webhooks.dispatch)."""
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="+")
+    endpoint_key = models.CharField(max_length=32)  # a WebhookEndpoint pk, or "env"
+    sent_at = models.DateTimeField()
+    count = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["incident", "endpoint_key"], name="uniq_webhook_notice")
+        ]
+
+    def __str__(self) -> str:
+        return f"notice of #{self.incident_id} to {self.endpoint_key}"

@@ -16,7 +16,12 @@ from console.diagnosis import webhooks
     retry_jitter=False,
     max_retries=5,
 )
-def send_webhook(incident_id: int, event: str) -> int | None:
-    """Deliver one incident event; retried with exponential backoff (2, 4, 8… s, at most 5
-    times) on connection errors and 5xx. Sends the incident's state at delivery time."""
-    return webhooks.deliver(incident_id, event)
+def send_webhook(
+    incident_id: int, event: str, endpoint: str = webhooks.ENV_KEY, repeats: int = 0
+) -> int | None:
+    """Deliver one incident event to one endpoint (a WebhookEndpoint pk, or "env" — the default,
+    for tasks queued before endpoints existed); retried with exponential backoff (2, 4, 8… s,
+    at most 5 times) on connection errors and 5xx. Sends the incident's state at delivery
+    time; an endpoint deleted or disabled meanwhile gets nothing. The retry's log line names
+    the endpoint and the status, never its URL (webhooks.RetryableError)."""
+    return webhooks.deliver(incident_id, event, str(endpoint), repeats)

@@ -6,4 +6,5 @@ urlpatterns = [
     path("diagnose/", views.diagnose_page, name="diagnose"),
     path("diagnose/rules/", views.rules_page, name="diagnosis-rules"),
     path("", include("console.diagnosis.incident_urls")),
+    path("", include("console.diagnosis.webhook_urls")),
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 
@@ -61,7 +61,29 @@ def send_on_commit(node: str, task: str, args: list[Any]) -> None:
 
 def call(node: str, task: str, args: list[Any], *, timeout: float) -> Any:
     """Send a command and wait for the node's signed answer. Raises NoAnswer."""
-    cmd_id = send_command(node, task, args, reply=True)
+    return timed_call(node, task, args, timeout=timeout).body
+
+
+class TimedAnswer(NamedTuple):
+    """An answer and the clocks around it, Unix seconds: `sent_at` and `read_at` the
+    console's (just before the command was queued, just after the answer was read),
+    `replied_at` the agent's (the signed reply's own time)."""
+
+    body: Any
+    sent_at: float
+    read_at: float
+    replied_at: float
+
+
+def timed_call(
+    node: str, task: str, args: list[Any], *, timeout: float, kid: int | None = None
+) -> TimedAnswer:
+    """call(), with the times of an NTP-style exchange (checks.clock_offset): the answer
+    comes on its own reply key, which this call is blocked on, so no queue of other messages
+    sits between the agent's answer and `read_at`. Raises NoAnswer."""
+    kid = kid if kid is not None else _current_kid(node)
+    sent_at = time.time()
+    cmd_id = send_command(node, task, args, reply=True, kid=kid) if kid is not None else None
     if cmd_id is None:
         raise NoAnswer(f"node {node} has no active credential")
     deadline = time.monotonic() + timeout
@@ -70,14 +92,16 @@ def call(node: str, task: str, args: list[Any], *, timeout: float) -> Any:
         got = r.blpop([channel.reply_key(node, cmd_id)], timeout=max(0.01, min(left, 4.0)))
         if got is None:
             continue
+        read_at = time.time()
         try:
-            return _verified_answer(node, cmd_id, got[1])
+            doc = _verified_answer(node, cmd_id, got[1])
+            return TimedAnswer(doc.get("b"), sent_at, read_at, float(doc.get("t") or 0))
         except channel.Refused as exc:  # someone else wrote on the key: keep waiting
             log.warning("answer to %s from %s refused: %s", task, node, exc)
     raise NoAnswer(f"the agent on {node} did not answer within {timeout:g}s")
 
 
-def _verified_answer(node: str, cmd_id: str, raw: bytes) -> Any:
+def _verified_answer(node: str, cmd_id: str, raw: bytes) -> dict:
     mac, data, doc = channel.unseal_unverified(raw)
     kid = doc.get("kid")
     active = NodeCredential.objects.filter(node__name=node, pk=kid, revoked_at__isnull=True)
@@ -87,4 +111,4 @@ def _verified_answer(node: str, cmd_id: str, raw: bytes) -> Any:
         raise channel.Refused("bad signature", "signature")
     if doc.get("id") != cmd_id or doc.get("n") != node:
         raise channel.Refused("answer to another command", "malformed")
-    return doc.get("b")
+    return doc

@@ -34,6 +34,9 @@ class NpuRow:
     power: float | None
     alerts: list[str] = field(default_factory=list)
     processes: list[dict] = field(default_factory=list)
+    hugepages_used: int | None = None  # the chip's DDR huge pages (310/310P cards)
+    hugepages_total: int | None = None
+    holder: object = None  # the replica holding the chip (views.npu_holders), set by the page
 
 
 def alerts_for(chip: dict) -> list[str]:
@@ -170,6 +173,8 @@ def npu_rows(data: dict | None) -> list[NpuRow]:
                 power=c.get("power_w"),
                 alerts=alerts_for(c),
                 processes=procs.get((c["npu_id"], c.get("chip_id", 0)), []),
+                hugepages_used=c.get("hugepages_used"),
+                hugepages_total=c.get("hugepages_total"),
             )
         )
     return rows

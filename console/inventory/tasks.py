@@ -39,3 +39,13 @@ def check_results(payload: object = None) -> None:
     from console.inventory.inbox import refuse_legacy
 
     refuse_legacy(Tasks.CHECK_RESULTS)
+
+
+@shared_task(name="inventory.measure_clock_skew", ignore_result=True)
+def measure_clock_skew(run_id: int) -> None:
+    """Finish a check run with the agent's clock offset, measured by pings (a few ms while
+    the agent answers; at most 3 x 5 s when it does not). Idempotent: a finished run is
+    left alone."""
+    from console.inventory.checks import finish_clock_check
+
+    finish_clock_check(run_id)

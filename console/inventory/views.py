@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 import redis
@@ -14,6 +15,7 @@ from django.views.decorators.http import require_POST
 from console.accounts.decorators import role_required
 from console.accounts.models import AuditEntry
 from console.accounts.services import actor_from_request, has_role
+from console.deployments.models import NpuAllocation, ReplicaMember
 from console.errors import DomainError, Invalid
 from console.inventory import checks, enrollment, identity, live, services
 from console.inventory.api import NodeFilters, filter_nodes
@@ -127,18 +129,64 @@ def node_list(request):
     return render(request, template, context)
 
 
+@dataclass(frozen=True)
+class Holder:
+    """The replica holding an NPU, as the node page links it."""
+
+    deployment: str
+    replica_id: int
+    index: int
+    state: str
+    rank: int | None  # a multi-host replica's member on this node (0: the leader); else None
+
+
+def npu_holders(node: Node) -> dict[tuple[int, int], Holder]:
+    """(npu_id, chip_id) -> the replica holding that chip of `node`. Two queries whatever
+    the number of NPUs: the allocations with their replica and deployment, and this node's
+    members of multi-host replicas."""
+    rows = list(
+        NpuAllocation.objects.filter(accelerator__node=node).values_list(
+            "accelerator__npu_id",
+            "accelerator__chip_id",
+            "replica_id",
+            "replica__index",
+            "replica__state",
+            "replica__deployment__name",
+        )
+    )
+    ranks = (
+        dict(
+            ReplicaMember.objects.filter(
+                node=node, replica_id__in={r[2] for r in rows}
+            ).values_list("replica_id", "rank")
+        )
+        if rows
+        else {}
+    )
+    return {
+        (npu, chip): Holder(dep, rid, index, state, ranks.get(rid))
+        for npu, chip, rid, index, state, dep in rows
+    }
+
+
 @role_required("viewer")
 def node_detail(request, name: str):
     node = get_object_or_404(Node, name=name)
     data, hot_error = _hot(telemetry.latest, node.name, default=None)
+    holders = npu_holders(node)
+    npus = live.npu_rows(data)
+    accelerators = list(node.accelerators.all())
+    for row in [*npus, *accelerators]:
+        row.holder = holders.get((row.npu_id, row.chip_id))
     context = {
         "node": node,
         "latest": data,
         "hot_error": hot_error,
-        "npus": live.npu_rows(data),
+        "npus": npus,
+        "hugepages": any(n.hugepages_total is not None for n in npus),
         "charts": live.node_charts(node.pk),
         "check_run": node.check_runs.first(),
-        "accelerators": node.accelerators.all(),
+        "accelerators": accelerators,
         "events": AuditEntry.objects.filter(object_type="inventory.node", object_id=str(node.pk))[
             :20
         ],

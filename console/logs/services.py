@@ -17,7 +17,7 @@ from console.deployments.models import Replica
 from console.errors import Invalid, NotFound
 from console.logs.models import Level, LogLine, parse_level, run_key
 from workers.contracts import LogBatch
-from workers.engine.shipper import mask_secrets
+from workers.engine.shipper import mask_secrets, strip_controls
 
 log = logging.getLogger("console.logs")
 KEEP_LINES = 10_000
@@ -29,8 +29,9 @@ LEVELS = {"error", "warning", "info", "debug"}
 
 def ingest_batch(*, payload: dict) -> int:
     """Store a shipped batch. Idempotent: a line already stored (same replica, run, line
-    number) is skipped. Lines are masked again here, so a secret never reaches the database
-    even from an old agent. Returns the number of lines in the batch (0 when dropped)."""
+    number) is skipped. Lines are cleaned again here (mask_secrets: terminal escape sequences
+    and control characters removed, secrets masked), so neither reaches the database even
+    from an old or hostile agent. Returns the number of lines in the batch (0 when dropped)."""
     batch = LogBatch.model_validate(payload)
     replica = Replica.objects.select_related("node").filter(pk=batch.replica_id).first()
     if replica is None:
@@ -138,6 +139,8 @@ def read_page(
     if level:
         lines = lines.filter(level=level)
     found = list(lines.order_by("line_no")[:limit])
+    for line in found:  # rows stored before intake stripped them (0.3) are shown clean too
+        line.text = strip_controls(line.text)
     next_cursor = str(found[-1].line_no if found else cursor)
     return Page(found, next_cursor, runs, run_key(*chosen))
 
@@ -157,9 +160,11 @@ def last_line_no(*, replica: Replica, run: Run) -> int:
 
 
 def iter_text(*, replica: Replica, run: Run) -> Iterator[str]:
+    """The run's lines as the download's text, without terminal controls (a downloaded log
+    read with `cat` or `less -R` must not set a title, a link or the clipboard)."""
     lines = run.lines(replica)
     for text in lines.order_by("line_no").values_list("text", flat=True).iterator(2000):
-        yield text + "\n"
+        yield strip_controls(text) + "\n"
 
 
 def get_replica(replica_id: int) -> Replica:

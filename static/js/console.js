@@ -30,12 +30,39 @@
       if (!isNaN(d.getTime())) { el.textContent = ago(Date.now() - d.getTime()); el.title = d.toLocaleString(); }
     });
   }
-  /* (b) pause `every` polling while the tab is hidden; fire `visible` on body when it comes back */
+  /* (b) pause `every` polling while the tab is hidden, and while a pause button naming the poll
+     is pressed (<button data-poll-pause="#poll-id" aria-pressed="false">Pause</button>: a click
+     toggles it); fire `visible` on body when the tab comes back. Not hx-trigger filters: htmx
+     runs those with Function(), which the Content-Security-Policy forbids. */
+  function pausedByButton(elt) {
+    return $$('[data-poll-pause][aria-pressed="true"]').some(function (b) {
+      try { return elt.matches(b.getAttribute('data-poll-pause')); } catch (e) { return false; }
+    });
+  }
   document.addEventListener('htmx:beforeRequest', function (evt) {
-    if (document.visibilityState !== 'hidden') return;
     var d = evt.detail || {}, elt = d.elt, cfg = d.requestConfig || {};
     var trig = elt && elt.getAttribute ? (elt.getAttribute('hx-trigger') || elt.getAttribute('data-hx-trigger') || '') : '';
-    if (!cfg.triggeringEvent && /(^|,)\s*every\s/.test(trig)) evt.preventDefault(); // polls carry no DOM event
+    if (cfg.triggeringEvent || !/(^|,)\s*every\s/.test(trig)) return; // polls carry no DOM event
+    if (document.visibilityState === 'hidden' || pausedByButton(elt)) evt.preventDefault();
+  });
+  document.addEventListener('click', function (e) {
+    var b = e.target.closest && e.target.closest('[data-poll-pause]');
+    if (!b) return;
+    var on = b.getAttribute('aria-pressed') !== 'true';
+    b.setAttribute('aria-pressed', String(on));
+    b.textContent = on ? 'Resume' : 'Pause';
+  });
+  /* (k) <form data-confirm="Question?"> asks before it is submitted; a "no" stops the submit
+     before anything else (htmx included) sees it. (l) <select data-autosubmit> submits its
+     form when changed. No onsubmit=/onchange= attributes: the CSP forbids inline handlers. */
+  document.addEventListener('submit', function (e) {
+    var form = e.target.closest && e.target.closest('form[data-confirm]');
+    if (form && !window.confirm(form.getAttribute('data-confirm'))) { e.preventDefault(); e.stopPropagation(); }
+  }, true);
+  document.addEventListener('change', function (e) {
+    var t = e.target;
+    if (!t.matches || !t.matches('[data-autosubmit]') || !t.form) return;
+    if (t.form.requestSubmit) t.form.requestSubmit(); else t.form.submit();
   });
   document.addEventListener('visibilitychange', function () {
     if (document.visibilityState !== 'visible' || !document.body) return;
@@ -133,6 +160,29 @@
     } else if (e.key === '?') { e.preventDefault(); toggleShortcuts(); }
     else if (e.key === 'Escape') toggleShortcuts(false);
   });
+  /* (i) copy buttons: <button data-copy="#id"> copies that element's text (the clipboard API;
+     on a plain-http console, where it is missing, the text is selected for Ctrl+C instead) */
+  function copied(btn, text) { var was = btn.textContent; btn.textContent = text; setTimeout(function () { btn.textContent = was; }, 2000); }
+  function selectText(el) { var r = document.createRange(), s = window.getSelection(); r.selectNodeContents(el); s.removeAllRanges(); s.addRange(r); }
+  document.addEventListener('click', function (e) {
+    var btn = e.target.closest('[data-copy]'), src = btn && document.querySelector(btn.getAttribute('data-copy'));
+    if (!src) return;
+    var text = src.textContent.trim();
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(function () { copied(btn, 'Copied'); },
+        function () { selectText(src); copied(btn, 'Press Ctrl+C'); });
+    } else { selectText(src); copied(btn, 'Press Ctrl+C'); }
+  });
+  /* (j) <details data-keep-open id=...> inside a live region: what the user opened or closed
+     stays so when the region is swapped in again (the server renders its default) */
+  var keptOpen = {};
+  document.addEventListener('click', function (e) {
+    var sum = e.target.closest('details[data-keep-open][id] > summary');
+    if (sum) keptOpen[sum.parentElement.id] = !sum.parentElement.open; // the click toggles it next
+  });
+  ['htmx:afterSwap', 'htmx:load'].forEach(function (n) { document.addEventListener(n, function () {
+    Object.keys(keptOpen).forEach(function (id) { var d = document.getElementById(id); if (d) d.open = keptOpen[id]; });
+  }); });
   /* (h) failed htmx requests (live refresh, actions): one banner saying what failed and that the
      page keeps trying; it goes away on the next request that succeeds */
   function connStatus(text) {

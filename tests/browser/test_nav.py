@@ -27,6 +27,7 @@ def test_top_bar_fits_and_settings_menu_works(page, live_server, width):
     items = menu.locator(".menu__items a")
     assert items.all_inner_texts() == [
         "API tokens",
+        "Incident webhooks",
         "Audit log",
         "API docs",
         "Enrollment",

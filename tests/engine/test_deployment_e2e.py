@@ -21,6 +21,7 @@ from console.deployments.reconcile import reconcile
 from console.diagnosis.models import Incident
 from console.inventory.enrollment import create_enrollment_token
 from console.inventory.models import Node
+from console.logs.models import LogLine
 from tests.engine_support.vllm_server import DTYPE
 from tests.helpers import client_for
 from tests.kit import post_deployment, start_agent, wait_for
@@ -145,6 +146,19 @@ def test_deploy_serve_crash_restart_readopt_and_stop(
             interval=0.5,
             message="engine metrics scraped into the console",
         )
+
+        # The agent's own probes (/health each tick, /metrics) stay out of the engine's access
+        # log, the request's line is shipped (vLLM's --disable-access-log-for-endpoints).
+        def shipped() -> list[str]:
+            return list(LogLine.objects.filter(replica=replica).values_list("text", flat=True))
+
+        wait_for(
+            lambda: any('"POST /v1/completions HTTP' in t for t in shipped()),
+            60,
+            interval=0.5,
+            message="the completion's access-log line shipped",
+        )
+        assert not [t for t in shipped() if '"GET /health HTTP' in t or '"GET /metrics HTTP' in t]
 
         # The engine core dies (SIGKILL): the supervisor notices and restarts it.
         first_pid = replica.pid

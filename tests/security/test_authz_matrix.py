@@ -26,7 +26,7 @@ from django.utils import timezone
 from console.accounts.models import ApiToken
 from console.accounts.services import Actor, create_token, revoke_token
 from tests.helpers import make_user
-from tests.kit import make_deployment, make_node, make_replica
+from tests.kit import closed_port, make_deployment, make_node, make_replica
 
 pytestmark = pytest.mark.security
 
@@ -38,6 +38,8 @@ PUBLIC_PAGES = {
     "login": "the sign-in form itself (rate-limited, tests/security/test_login_rate_limit.py)",
     "logout": "ends the caller's own session; POST only, CSRF-checked",
     "api-docs-redirect": "a redirect to /api/v1/docs, which needs sign-in itself",
+    "password-change": "one's own password, for any signed-in user, role or not "
+    "(tests/console/accounts/test_first_password.py)",
 }
 # Routes outside the page rules, each tested on its own below.
 SELF_AUTHENTICATING = {
@@ -46,8 +48,8 @@ SELF_AUTHENTICATING = {
 # Resolver routes under api/v1/ that are not OpenAPI operations.
 API_NON_OPERATIONS = {
     "": "ninja's API root (404 page listing nothing)",
-    "docs": "Swagger UI, behind login_required (test_api_docs_need_login)",
-    "openapi.json": "the schema, behind login_required (test_api_docs_need_login)",
+    "docs": "Swagger UI, for a signed-in viewer (test_api_docs_need_login)",
+    "openapi.json": "the schema, for a viewer's session or token (test_api_docs_need_login)",
 }
 # API operations that need the admin role (everything else: viewer reads, operator writes).
 ADMIN_ONLY_API = {
@@ -60,6 +62,14 @@ ADMIN_ONLY_API = {
     ("POST", "/api/v1/nodes/{name}/credentials/rotate"),
     ("POST", "/api/v1/nodes/{name}/credentials/revoke"),
     ("POST", "/api/v1/nodes/{name}/reenroll"),
+    # incident webhooks: endpoints and their secrets are changed by admins only
+    ("POST", "/api/v1/webhooks"),
+    ("PATCH", "/api/v1/webhooks/{webhook_id}"),
+    ("DELETE", "/api/v1/webhooks/{webhook_id}"),
+    ("POST", "/api/v1/webhooks/{webhook_id}/test"),
+    # gateway rate limits
+    ("PUT", "/api/v1/gateway/limits"),
+    ("DELETE", "/api/v1/gateway/limits/{limit_id}"),
 }
 # Reads that need the operator role: the audit log (as its page, /audit/).
 OPERATOR_READS = {("GET", "/api/v1/audit")}
@@ -67,6 +77,8 @@ OPERATOR_READS = {("GET", "/api/v1/audit")}
 BODIES = {
     ("POST", "/api/v1/enrollment-tokens"): '{"name": "matrix"}',
     ("POST", "/api/v1/nodes/{name}/credentials/revoke"): '{"reason": "matrix"}',
+    ("POST", "/api/v1/webhooks"): '{"name": "matrix", "url": "http://127.0.0.1:9/hook"}',
+    ("PUT", "/api/v1/gateway/limits"): '{"requests_per_minute": 5}',
 }
 
 
@@ -131,6 +143,8 @@ class World:
     api_token: object
     enrollment_token: object
     benchmark_run: object | None
+    webhook: object
+    rate_limit: object
 
 
 def make_world(owner) -> World:
@@ -156,8 +170,24 @@ def make_world(owner) -> World:
         )
     except ImportError:
         pass
+    from console.diagnosis.models import WebhookEndpoint
+    from console.gateway.models import RateLimit
+
+    webhook = WebhookEndpoint.objects.create(  # a test delivery is refused at once
+        name="matrix", url=f"http://127.0.0.1:{closed_port()}/hook", secret="s" * 32
+    )
+    limit = RateLimit.objects.create(token=api_token, requests_per_minute=1000)
     return World(
-        node, node.accelerators.first(), dep, replica, incident, api_token, enrollment, run
+        node,
+        node.accelerators.first(),
+        dep,
+        replica,
+        incident,
+        api_token,
+        enrollment,
+        run,
+        webhook,
+        limit,
     )
 
 
@@ -177,6 +207,8 @@ def filler(world: World, route: str, param: str) -> str:
         "inspection_id": world.node.model_inspections.get_or_create(path="/models/tiny")[0].pk,
         "incident_id": world.incident.pk,
         "run_id": world.benchmark_run.pk if world.benchmark_run else None,
+        "webhook_id": world.webhook.pk,
+        "limit_id": world.rate_limit.pk,
         "action": "stop",
         "code": "80E01801",
     }
@@ -402,9 +434,11 @@ def test_django_admin_needs_staff(world, caller_name):
 
 
 def test_api_docs_need_login(db):
-    for path in ("/api/docs", "/api/v1/docs", "/api/v1/openapi.json"):
+    for path in ("/api/docs", "/api/v1/docs"):
         resp = Client().get(path, follow=True)
         assert resp.redirect_chain and "/login/" in resp.redirect_chain[-1][0], path
+    # the schema answers a client generator, not a browser: 401, no redirect
+    assert Client().get("/api/v1/openapi.json").status_code == 401
 
 
 @pytest.mark.parametrize("caller_name", CALLERS)

@@ -104,3 +104,22 @@ def test_an_agent_without_simulated_npus_runs_the_real_engine(tmp_path):
     finally:
         handlers[Tasks.HOST_STOP_REPLICA](7, 1)
         agent.supervisor.shutdown()
+
+
+def test_a_ping_answer_carries_when_the_agent_read_it_and_answered(tmp_path, monkeypatch):
+    """The agent's half of the console's NTP-style clock-skew check (contracts.ClockReading):
+    t1 stamped by the command loop on reading the command, t2 on answering, both from the
+    agent's own clock."""
+    from workers import agent as agent_mod
+    from workers.agent import run_command
+    from workers.contracts import ClockReading
+
+    agent, _ = make_agent(tmp_path)
+    replies: list = []
+    monkeypatch.setattr(agent.channel, "reply", lambda command, result: replies.append(result))
+    monkeypatch.setattr(agent_mod, "wall_clock", lambda: 1000.25)
+    command = {"k": Tasks.HOST_PING, "a": ["clock"], "id": "c1", "r": True, "received_at": 999.5}
+    run_command(agent, command_handlers(agent), command)
+    reading = ClockReading.model_validate(replies[0])
+    assert (reading.received_at, reading.replied_at) == (999.5, 1000.25)
+    assert replies[0]["pong"] == "clock"

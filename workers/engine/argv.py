@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from workers.contracts import EngineSpec
+from workers.engine import allocator as engine_allocator
 from workers.engine import group as engine_group
 from workers.engine.numa import numa_prefix
 from workers.engine_settings import settings_argv
@@ -62,12 +63,30 @@ ALWAYS = {
     "PYTHONUNBUFFERED": "1",  # lines reach the log file as they are printed
 }
 _PATH_LISTS = frozenset({"PATH", "LD_LIBRARY_PATH", "PYTHONPATH"})
+# The agent's own probes (runner.py: /health every tick, /metrics with it) would be one uvicorn
+# access-log line each, several a second per engine, burying the real requests. vLLM's own
+# filter drops those paths' access lines and keeps every other request's (vllm-project/vllm
+# PR #30011, in vLLM >= 0.16; vllm/entrypoints/launchers/utils/server_utils.py in 0.32).
+PROBED_PATHS = ("/health", "/metrics")
+QUIET_PROBES_SINCE = (0, 16)
+_VERSION = re.compile(r"^(\d+)\.(\d+)")
+
+
+def quiet_probes_supported(vllm_version: str | None) -> bool:
+    """True when the engine's vLLM has --disable-access-log-for-endpoints (>= 0.16); False
+    when the version is older or unknown (an unknown flag would stop the engine at start)."""
+    match = _VERSION.match(vllm_version or "")
+    return bool(match) and (int(match[1]), int(match[2])) >= QUIET_PROBES_SINCE
+
+
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|(^|_)(API_?)?KEYS?($|_)", re.I)
 _URL_PASSWORD = re.compile(r"(://[^/:@\s]*:)[^/@\s]+@")
 REDACTED = "***"
 
 
-def build_argv(spec: EngineSpec, python: str, numactl: str | None = None) -> list[str]:
+def build_argv(
+    spec: EngineSpec, python: str, numactl: str | None = None, quiet_probes: bool = False
+) -> list[str]:
     """The engine command: the placement flags, then the engine settings derived from the one
     table (workers/engine_settings.py: each set only when it says so), then spec.extra_args
     (already checked against vLLM's flags by the console). With spec.numa_nodes, all of it
@@ -77,7 +96,10 @@ def build_argv(spec: EngineSpec, python: str, numactl: str | None = None) -> lis
     A member of a group (spec.group, workers/engine/group.py) runs vLLM's CLI, `-m
     vllm.entrypoints.cli.main serve <model_path>`, as the recipe runs `vllm serve` on every
     host (only the CLI knows --headless); the leader (rank 0) alone gets --host/--port, as it
-    alone serves the API; the group's flags follow the settings, then extra_args."""
+    alone serves the API; the group's flags follow the settings, then extra_args.
+    `quiet_probes` (the engine's vLLM has it: quiet_probes_supported): the agent's own
+    /health and /metrics probes are left out of the engine's access log; other requests'
+    lines stay."""
     argv = numa_prefix(spec.numa_nodes, numactl or "numactl")
     if spec.group is None:
         argv += [python, "-m", VLLM_MODULE, "--model", spec.model_path]
@@ -86,6 +108,8 @@ def build_argv(spec: EngineSpec, python: str, numactl: str | None = None) -> lis
     argv += ["--served-model-name", spec.served_model_name]
     if not spec.follower:
         argv += ["--host", spec.host, "--port", str(spec.port)]
+        if quiet_probes:
+            argv += ["--disable-access-log-for-endpoints", ",".join(PROBED_PATHS)]
     argv += settings_argv(spec, spec.device)
     if spec.group is not None:
         argv += engine_group.group_argv(spec.group)
@@ -109,7 +133,7 @@ def build_env(
     environment (path lists merged, CANN first), device selection, the offline/no-telemetry
     switches, then spec.extra_env (already checked by name by the console), then a group
     member's network variables (workers/engine/group.py group_env), then the replica key as
-    VLLM_API_KEY (only the spec's; never in argv).
+    VLLM_API_KEY (only the spec's; never in argv), then LD_PRELOAD for spec.allocator.
 
     device "npu": ASCEND_RT_VISIBLE_DEVICES = the spec's NPU ids (the agent's own value is
     never inherited). device "cpu": no ASCEND_RT_VISIBLE_DEVICES, VLLM_CPU_KVCACHE_SPACE
@@ -146,6 +170,11 @@ def build_env(
     env.pop("VLLM_API_KEY", None)
     if spec.api_key:
         env["VLLM_API_KEY"] = spec.api_key
+    # The one way to LD_PRELOAD (extra_env may not): the allocator's library from the host's
+    # standard directories (workers/engine/allocator.py; runner.refusal stops a start without it)
+    preload = engine_allocator.preload(spec.allocator, env.get("LD_PRELOAD"))
+    if preload:
+        env["LD_PRELOAD"] = preload
     return env
 
 

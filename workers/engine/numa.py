@@ -47,12 +47,8 @@ def binding_refusal(
     binding is asked). `numactl` is the path find_numactl() gave (None: not installed)."""
     if not nodes:
         return None
-    if numactl is None:
-        return (
-            f"CPU binding to NUMA node {nodes_text(nodes)} needs numactl, which is not "
-            f"installed on this host ({INSTALL_HINT}); or set the deployment's CPU binding "
-            "to off"
-        )
+    # the host's layout first: a node it lacks is the deployment's mistake, whether or not
+    # numactl is installed
     layout = host_layout(root)
     known = ",".join(str(n) for n in layout) or "none"
     for node in sorted(set(nodes)):
@@ -60,4 +56,10 @@ def binding_refusal(
             return f"NUMA node {node} does not exist on this host (its nodes: {known})"
         if not layout[node]:
             return f"NUMA node {node} has no CPUs on this host: CPU binding to it is impossible"
+    if numactl is None:
+        return (
+            f"CPU binding to NUMA node {nodes_text(nodes)} needs numactl, which is not "
+            f"installed on this host ({INSTALL_HINT}); or set the deployment's CPU binding "
+            "to off"
+        )
     return None

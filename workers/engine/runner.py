@@ -42,14 +42,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from workers.accelerators.versions import package_versions
 from workers.contracts import EnginePhase as P
 from workers.contracts import EngineReport, EngineSpec
-from workers.engine import adoption, logs, numa, probes, process
+from workers.engine import adoption, allocator, logs, numa, probes, process
 from workers.engine.argv import (
     DEFAULT_SET_ENV,
     build_argv,
     build_env,
     cann_environment,
+    quiet_probes_supported,
     redact_argv,
     redact_env,
 )
@@ -157,6 +159,8 @@ class Runner:
             return f"model path {path} does not exist or is not a directory"
         if not (path / "config.json").is_file():
             return f"model path {path} has no config.json"
+        if (why := allocator.refusal(spec.allocator)) is not None:
+            return why
         if spec.follower:  # headless: binds no API port
             return numa.binding_refusal(spec.numa_nodes, numactl=numa.find_numactl())
         if spec.port in ports_in_use:
@@ -171,6 +175,16 @@ class Runner:
         if self.s.cann_env is not None:
             return self.s.cann_env
         return cann_environment(self.s.set_env_path)
+
+    def _quiet_probes(self, spec: EngineSpec) -> bool:
+        """Keep this agent's /health and /metrics probes out of the engine's access log, when
+        the engine's vLLM can (its version as the engine python sees it, cached)."""
+        if spec.follower:  # headless: no HTTP, no access log
+            return False
+        try:
+            return quiet_probes_supported(package_versions(self.s.python).get("vllm"))
+        except Exception:  # noqa: BLE001 - unknown version: every access line stays
+            return False
 
     def _header(self, engine: Engine, argv: list[str], env: Mapping[str, str]) -> bytes:
         shown = {k: v for k, v in redact_env(env).items() if k not in _GENERIC_ENV}
@@ -187,7 +201,9 @@ class Runner:
         (e.g. no such interpreter) reports `failed` and returns False; nothing is left running."""
         engine.run = logs.next_run(engine.directory, engine.generation)
         engine.log_path = logs.run_log_path(engine.directory, engine.generation, engine.run)
-        argv = build_argv(engine.spec, self.s.python, numa.find_numactl())
+        argv = build_argv(
+            engine.spec, self.s.python, numa.find_numactl(), self._quiet_probes(engine.spec)
+        )
         env = build_env(engine.spec, self.s.base_env, self._cann(engine.spec))
         try:
             fd = logs.open_for_engine(engine.log_path)

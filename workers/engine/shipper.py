@@ -91,6 +91,42 @@ _NEEDLES = re.compile(
 )
 
 
+# Terminal control sequences an engine (or a hostile host) may write: CSI (colours, cursor
+# moves; ESC [ or the 8-bit 0x9b), the string sequences OSC (ESC ], 0x9d: hyperlinks OSC 8,
+# clipboard writes OSC 52, window titles), DCS, SOS, PM and APC up to BEL or ST, and the other
+# ESC sequences. Removed whole, payload included, before any text is stored or shown (ECMA-48
+# section 5 for the shapes). A string sequence never runs past the end of its line.
+_ESCAPES = re.compile(
+    r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]?"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[\x20-\x2f]*[\x30-\x7e]?"
+)
+# What is left of C0 (but tab and newline), DEL, C1, and the bidirectional overrides that make
+# a page show text in another order than it is stored.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _after_carriage_return(line: str) -> str:
+    """What a terminal shows of a line rewritten with carriage returns (progress bars): its
+    last non-empty part."""
+    parts = [part for part in line.split("\r") if part]
+    return parts[-1] if parts else ""
+
+
+def strip_controls(text: str) -> str:
+    """The text (one line or many) without terminal control sequences or control characters:
+    escape sequences removed whole (an OSC 52 clipboard write or OSC 8 link with its payload),
+    every other C0/C1 control removed, tab and newline kept, a line rewritten with carriage
+    returns reduced to what a terminal would show. Never adds or removes a newline. Ordinary
+    lines are returned as they are (one search)."""
+    if not _CONTROLS.search(text):
+        return text
+    text = _ESCAPES.sub("", text)
+    if "\r" in text:
+        text = "\n".join(_after_carriage_return(line) for line in text.split("\n"))
+    return _CONTROLS.sub("", text)
+
+
 def _mask_line(line: str) -> str:
     for pattern, repl in _SECRETS:
         line = pattern.sub(repl, line)
@@ -98,9 +134,13 @@ def _mask_line(line: str) -> str:
 
 
 def mask_secrets(text: str) -> str:
-    """The text (one line or many) with token, password and API-key values replaced by
-    `***`. Never adds or removes a newline. Fast on ordinary logs: only lines holding a
-    telltale word go through the patterns."""
+    """The text (one line or many) as it may be stored or shown: terminal controls removed
+    (strip_controls: first, as a colour code inside a token would hide it from the patterns),
+    then token, password and API-key values replaced by `***`. Every path that keeps or shows
+    a host's text calls this (the shipper, the console's log intake, masking.shown_lines for
+    log tails and incident evidence). Never adds or removes a newline. Fast on ordinary logs:
+    only lines holding a telltale word go through the patterns."""
+    text = strip_controls(text)
     low = text.lower()
     if not _NEEDLES.search(low):
         return text

@@ -11,7 +11,7 @@ import pytest
 
 from console.deployments import preflight
 from console.deployments.preflight import Finding, MemberFacts, ProbeResult
-from console.inventory.checks import clock_skew_check
+from console.inventory.checks import ClockOffset, clock_skew_check
 from console.inventory.models import CheckRunStatus, NodeCheckRun
 from tests.factories import make_node
 from tests.workers.hccn_support import FakeHccn, fixture, healthy_outputs
@@ -44,7 +44,7 @@ def network_check(first_ip: int, overrides: dict | None = None) -> dict:
 
 
 def skew_check(agent_ahead_s: float) -> dict:
-    return clock_skew_check(NOW + timedelta(seconds=agent_ahead_s), NOW).model_dump()
+    return clock_skew_check(ClockOffset(agent_ahead_s, 0.001, 0.002)).model_dump()
 
 
 def member(

@@ -17,6 +17,7 @@ from console.deployments.models import Replica
 from console.diagnosis import incidents, webhooks
 from console.diagnosis.models import Incident, IncidentStatus
 from console.diagnosis.tasks import send_webhook
+from console.diagnosis.webhook_signing import signature_header
 from console.errors import Conflict, Forbidden, Invalid
 from console.inventory import heartbeats
 from tests.kit import closed_port, make_deployment, make_node, make_replica
@@ -223,11 +224,12 @@ def test_webhook_is_signed_and_dispatched_on_commit(receiver, django_capture_on_
     assert len(callbacks) == 1
     send_webhook.apply(args=[incident.pk, "opened"])
     headers, body = receiver.received[0]
-    assert headers["X-NPU-Console-Signature"] == webhooks.sign(body, "s3cret")
+    stamp = int(headers["X-NPU-Console-Timestamp"])
+    assert headers["X-NPU-Console-Signature"] == signature_header(body, "s3cret", stamp)
     data = json.loads(body)
     assert data["event"] == "opened"
     assert data["incident"]["id"] == incident.pk
-    assert data["incident"]["url"] == f"/incidents/{incident.pk}/"
+    assert data["incident"]["path"] == f"/incidents/{incident.pk}/"
 
 
 @pytest.mark.django_db

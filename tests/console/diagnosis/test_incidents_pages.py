@@ -90,7 +90,12 @@ def test_viewer_cannot_act_operator_can_with_audit(viewer_client, operator_clien
     operator_client.post(f"/incidents/{incident.pk}/resolve")
     incident.refresh_from_db()
     assert incident.status == "resolved"
-    assert IncidentNote.objects.get(incident=incident).text == "looking"
+    assert IncidentNote.objects.get(incident=incident, kind="note").text == "looking"
+    actions = IncidentNote.objects.filter(incident=incident, kind="action")
+    assert list(actions.values_list("text", "author")) == [
+        ("acknowledged", "otto"),
+        ("resolved", "otto"),
+    ]
     assert AuditEntry.objects.filter(object_type="diagnosis.incident").count() == 3
 
 

@@ -108,3 +108,15 @@ def test_pages_render_and_say_so_when_redis_is_down(viewer_client, settings):
         resp = viewer_client.get(path)
         assert resp.status_code == 200
         assert "live telemetry unavailable" in resp.content.decode()
+
+
+def test_node_page_says_the_clock_is_being_measured_not_failed(viewer_client):
+    from datetime import UTC, datetime
+
+    from console.inventory.checks import store_results
+
+    make_node("n1")
+    report = {"node": "n1", "sent_at": datetime.now(UTC).isoformat(), "trigger": "agent-start"}
+    store_results({**report, "results": [{"name": "cann", "ok": True, "evidence": "present"}]})
+    body = viewer_client.get("/nodes/n1/").content.decode()
+    assert 'data-testid="clock-measuring">measuring<' in body and "badge--crit" not in body

@@ -13,7 +13,7 @@ from console.inventory.models import Accelerator
 from console.telemetry import services
 from console.telemetry.prometheus import escape_label, format_value
 from tests.console.telemetry.builders import chip, heartbeat
-from tests.factories import make_node
+from tests.factories import make_deployment, make_node
 from tests.helpers import make_user
 
 
@@ -45,12 +45,12 @@ def test_metrics_exposes_npu_exporter_gauges_for_two_nodes(fleet, viewer):
     assert resp.status_code == 200
     assert resp["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
     lines = resp.content.decode().splitlines()
-    a1_0 = 'id="0",chip="0",model_name="910B3",node="a1",pcie_bus_info="0000:C1:00.0"'
-    a1_1 = (
-        'id="1",chip="0",model_name="910B3",node="a1",vdie_id="VDIE-1",pcie_bus_info="0000:C2:00.0"'
-    )
+    pods = 'namespace="",pod_name="",container_name=""'
+    a1_0 = f'id="0",model_name="910B3",vdie_id="",pcie_bus_info="0000:C1:00.0",{pods},node="a1",npu="0",chip="0"'
+    a1_1 = f'id="1",model_name="910B3",vdie_id="VDIE-1",pcie_bus_info="0000:C2:00.0",{pods},node="a1",npu="1",chip="0"'
     b2_0 = (
-        'id="0",chip="0",model_name="Ascend \\"910B\\"\\\\x",node="b2",pcie_bus_info="0000:C1:00.0"'
+        'id="0",model_name="Ascend \\"910B\\"\\\\x",vdie_id="",pcie_bus_info="0000:C1:00.0",'
+        f'{pods},node="b2",npu="0",chip="0"'
     )
     for line in [
         "# HELP npu_chip_info_utilization the ai core utilization, unit is '%'",
@@ -79,8 +79,9 @@ def test_metrics_exposes_npu_exporter_gauges_for_two_nodes(fleet, viewer):
     assert len(samples) == 3
     # each family is contiguous: HELP, TYPE, then its samples
     families = [line.split()[2] for line in lines if line.startswith("# TYPE")]
-    # 8 chip gauges, node up, incidents, refused inbound messages
-    assert len(families) == len(set(families)) == 11
+    # 8 npu-exporter chip gauges, 2 hugepage gauges, node up, NPUs per node, NUMA node and
+    # holder of each NPU, CPUs and memory per NUMA node, incidents, refused inbound messages
+    assert len(families) == len(set(families)) == 18
     assert "npu_console_incidents" in families
 
 
@@ -109,3 +110,107 @@ def test_value_and_label_formatting():
         "-Inf",
     ]
     assert escape_label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+
+
+# npu-exporter's card labels, in its order: Ascend/mind-cluster @ 22bb3d987bc0, files
+# component/npu-exporter/collector/common/constants.go (the names) and
+# collector/common/metrics_collector.go (CardLabel); docs/telemetry.md, "npu-exporter".
+NPU_EXPORTER_CARD_LABELS = (
+    "id",
+    "model_name",
+    "vdie_id",
+    "pcie_bus_info",
+    "namespace",
+    "pod_name",
+    "container_name",
+)
+NPU_EXPORTER_GAUGES = (
+    "npu_chip_info_utilization",
+    "npu_chip_info_hbm_used_memory",
+    "npu_chip_info_hbm_total_memory",
+    "npu_chip_info_used_memory",
+    "npu_chip_info_total_memory",
+    "npu_chip_info_temperature",
+    "npu_chip_info_power",
+    "npu_chip_info_health_status",
+)
+
+
+def samples_of(text: str) -> list[tuple[str, list[tuple[str, str]], str]]:
+    """(metric, [(label, value)...] in written order, value) of every sample line."""
+    import re
+
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, rest = line.partition("{")
+        if not rest:
+            out.append((line.split()[0], [], line.split()[1]))
+            continue
+        body, _, value = rest.rpartition("} ")
+        out.append((name, re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', body), value))
+    return out
+
+
+def test_npu_exporter_gauges_carry_its_label_set_then_the_consoles(hot, db, viewer):
+    a3 = make_node("a3")
+    # an A3 NPU holds two chips: npu-exporter's id is the physical id (collectCardLabelValue:
+    # chip.PhyId), so the two dies of NPU 0 are ids 0 and 1, never both "0"
+    beat(a3, [chip(0, 0, phy_id=0), chip(0, 1, phy_id=1), chip(1, 0, phy_id=2, health="UNKNOWN")])
+    text = Client().get("/metrics", **token_for(viewer)).content.decode()
+    got = [s for s in samples_of(text) if s[0] in NPU_EXPORTER_GAUGES]
+    assert {s[0] for s in got} == set(NPU_EXPORTER_GAUGES)
+    for metric, labels, _ in got:
+        names = tuple(k for k, _ in labels)
+        assert names == (*NPU_EXPORTER_CARD_LABELS, "node", "npu", "chip"), metric
+    ids = {(d["npu"], d["chip"]): d["id"] for _, lb, _ in got for d in [dict(lb)]}
+    assert ids == {("0", "0"): "0", ("0", "1"): "1", ("1", "0"): "2"}
+    health = {dict(lb)["id"]: v for m, lb, v in got if m == "npu_chip_info_health_status"}
+    assert health == {"0": "1", "1": "1", "2": "-1"}  # npu-exporter's getHealthCode
+
+
+def test_hugepages_numa_and_holders_are_exported(hot, db, viewer):
+    from console.deployments.models import NpuAllocation
+
+    layout = [{"node": 0, "cpus": "0-23,96-119", "memory_mb": 128000}, {"node": 1, "cpus": ""}]
+    duo = make_node("duo", npus=2, numa_nodes=layout)
+    Accelerator.objects.filter(node=duo, npu_id=1).update(numa_node=1)
+    dep = make_deployment("qwen", ports=[8100], node=duo)
+    NpuAllocation.objects.create(
+        accelerator=Accelerator.objects.get(node=duo, npu_id=1), replica=dep.replica_set.get()
+    )
+    beat(duo, [chip(0, hugepages_used=12, hugepages_total=969), chip(1)])
+    lines = Client().get("/metrics", **token_for(viewer)).content.decode().splitlines()
+    card = 'model_name="910B3",vdie_id="",pcie_bus_info="0000:C1:00.0",namespace="",pod_name=""'
+    for line in [
+        f'npc_npu_hugepages_used_pages{{id="0",{card},container_name="",node="duo",npu="0",chip="0"}} 12',
+        f'npc_npu_hugepages_total_pages{{id="0",{card},container_name="",node="duo",npu="0",chip="0"}} 969',
+        'machine_npu_nums{node="duo"} 2',
+        'npc_npu_numa_node{node="duo",npu="1",chip="0"} 1',
+        'npc_npu_replica_info{node="duo",npu="1",chip="0",deployment="qwen",replica="0"} 1',
+        'npc_node_numa_cpus{node="duo",numa_node="0"} 48',
+        'npc_node_numa_cpus{node="duo",numa_node="1"} 0',
+        'npc_node_numa_memory_megabytes{node="duo",numa_node="0"} 128000',
+    ]:
+        assert line in lines, line
+    # unknown is left out: NPU 0's NUMA node, NPU 1's huge pages, node 1's memory
+    assert not any(x.startswith('npc_npu_numa_node{node="duo",npu="0"') for x in lines)
+    assert not any(x.startswith("npc_npu_hugepages") and 'npu="1"' in x for x in lines)
+    assert not any('numa_node="1"' in x and "memory" in x for x in lines if x[0] != "#")
+
+
+def test_metrics_costs_the_same_queries_for_one_node_or_twenty(hot, db, viewer):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            Client().get("/metrics", **token_for(viewer))
+        return len(ctx)
+
+    beat(make_node("q0", npus=2), [chip(0), chip(1)])
+    one = queries()
+    for i in range(1, 20):
+        beat(make_node(f"q{i}", npus=2), [chip(0), chip(1)])
+    assert queries() == one
