@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from console.adminsite import ReadOnlyAdmin
 from console.diagnosis.models import Incident, IncidentNote, WebhookEndpoint, WebhookNotice
 
 
@@ -22,20 +23,6 @@ class IncidentAdmin(admin.ModelAdmin):
 class IncidentNoteAdmin(admin.ModelAdmin):
     list_display = ["incident", "author", "at"]
     search_fields = ["text", "author"]
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Changed on the console's own pages and API only, where services audit every change
-    and never show a secret."""
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(WebhookEndpoint)

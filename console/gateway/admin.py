@@ -1,5 +1,7 @@
 from django.contrib import admin
 
+from console.adminsite import ReadOnlyAdmin
+
 from .models import RateLimit, Usage
 
 
@@ -24,18 +26,8 @@ class UsageAdmin(admin.ModelAdmin):
 
 
 @admin.register(RateLimit)
-class RateLimitAdmin(admin.ModelAdmin):
-    """Read-only here: limits are set on the gateway page or the API (services.py audits
-    every change and tells every console process at once)."""
+class RateLimitAdmin(ReadOnlyAdmin):
+    """Set on the gateway page or the API (services.py audits every change and tells every
+    console process at once)."""
 
     list_display = ("token", "model", "requests_per_minute", "tokens_per_minute", "concurrent")
-    readonly_fields = [f.name for f in RateLimit._meta.fields]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

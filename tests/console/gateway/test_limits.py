@@ -17,7 +17,6 @@ from console.gateway import limits
 from console.gateway.limits import Admission, Limiter, Refusal, Table
 from console.gateway.models import RateLimit
 from console.gateway.services import set_rate_limit
-from console.hot import get_redis
 from tests.console.gateway.support import counted
 from tests.console.gateway.test_gateway import call, deploy, token_for
 from tests.helpers import make_user
@@ -46,16 +45,6 @@ def test_which_limits_bind_a_request():
     assert model.concurrent == 2
     assert [lim.scope for lim in table.binding(8, "x")] == ["token 8"]
     assert Table(rows={}).binding(1, "m") == ()
-
-
-@pytest.fixture
-def clean_redis(redis_url):
-    r = get_redis()
-    for key in r.scan_iter("npc:gw:*"):
-        r.delete(key)
-    yield r
-    for key in r.scan_iter("npc:gw:*"):
-        r.delete(key)
 
 
 async def _admit_many(redis_url: str, limiters: list[Limiter], n: int, model: str = "m"):

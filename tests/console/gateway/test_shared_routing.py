@@ -15,7 +15,6 @@ from redis import asyncio as aioredis
 from console.deployments.engines import metrics_key
 from console.gateway import routing
 from console.gateway.routing import Overloaded, Router, Upstream, affine, affinity_key
-from console.hot import get_redis
 from tests.console.gateway.test_gateway import call, deploy, token_for
 from tests.helpers import make_user
 from tests.kit import FakeEngine, wait_for
@@ -27,16 +26,6 @@ def ups(n: int, *, capacity: int = 256, loads=None) -> list[Upstream]:
         Upstream(100 + i, f"d/{i}", f"http://127.0.0.1:{9000 + i}", loads[i], "", capacity)
         for i in range(n)
     ]
-
-
-@pytest.fixture
-def clean_redis(redis_url):
-    r = get_redis()
-    for key in r.scan_iter("npc:gw:*"):
-        r.delete(key)
-    yield r
-    for key in r.scan_iter("npc:gw:*"):
-        r.delete(key)
 
 
 def run(redis_url: str, body):
