@@ -1,11 +1,12 @@
 """REST routes for deployments and replicas: thin adapters over services."""
 
+from django.db.models import Prefetch
 from ninja import Router, Status
 from ninja.pagination import paginate
 
 from console.accounts.services import actor_from_request
 from console.deployments import catalog, inspection, services
-from console.deployments.models import Deployment, Replica, ReplicaEvent
+from console.deployments.models import Deployment, Replica, ReplicaEvent, Rollout
 from console.deployments.schemas import (
     CatalogModelOut,
     CatalogOut,
@@ -26,7 +27,11 @@ router = Router(tags=["deployments"])
 @router.get("/deployments", response=list[DeploymentOut])
 @paginate(LimitOffsetPagination)
 def list_deployments(request):
-    return Deployment.objects.select_related("pinned_node").prefetch_related("replica_set")
+    return Deployment.objects.select_related("pinned_node").prefetch_related(
+        "replica_set",
+        # their rollouts, newest first, in one query (DeploymentOut.rollout takes the first)
+        Prefetch("rollouts", queryset=Rollout.objects.order_by("-started_at", "-id")),
+    )
 
 
 @router.post("/deployments", response={201: DeploymentOut})

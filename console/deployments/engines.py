@@ -201,6 +201,14 @@ def apply_report(payload: dict, *, node: str) -> Replica | None:
     except ValidationError as exc:
         log.warning("engine report from %s refused: %s", node, describe(exc))
         return None
+    # a host's words are stored and shown: no terminal escape or control character (NUL
+    # included, which PostgreSQL's JSON refuses) travels with them
+    report = report.model_copy(
+        update={
+            "reason": strip_controls(report.reason) if report.reason else report.reason,
+            "log_tail": [strip_controls(line) for line in report.log_tail or []],
+        }
+    )
     with transaction.atomic():
         replica = (
             Replica.objects.select_for_update(of=("self",))

@@ -184,7 +184,11 @@ class DeploymentOut(Schema, EngineSettings):
     def resolve_rollout(obj) -> dict | None:
         from console.deployments.rollout import summary
 
-        ro = obj.rollouts.first()
+        if "rollouts" in getattr(obj, "_prefetched_objects_cache", {}):
+            latest = obj.rollouts.all()  # the list prefetched them, newest first
+            ro = latest[0] if latest else None
+        else:
+            ro = obj.rollouts.first()
         if ro is None:
             return None
         fields = ("state", "from_version", "to_version", "target_version", "replaced")
