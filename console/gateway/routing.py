@@ -412,12 +412,6 @@ class Router:
         if self.inflight[replica_id] <= 0:
             del self.inflight[replica_id]
 
-    def acquire(self, up: Upstream) -> None:
-        self.inflight[up.replica_id] += 1
-
-    def release(self, up: Upstream) -> None:
-        self._local_release(up.replica_id)
-
     def mark_down(self, up: Upstream) -> None:
         self.down_until[up.replica_id] = time.monotonic() + DOWN_S
 
