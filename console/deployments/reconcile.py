@@ -186,8 +186,11 @@ def _schedule(dep: Deployment, replica: Replica, latest: dict) -> int:
         replica = (
             Replica.objects.select_for_update(of=("self",))
             .select_related("deployment")
-            .get(pk=replica.pk)
+            .filter(pk=replica.pk)
+            .first()
         )
+        if replica is None:  # a concurrent pass scaled it away since this one listed it
+            return 0
         if replica.state not in STOPPED_LIKE:
             return 0
         if replica.state == S.STOPPED:

@@ -7,10 +7,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
-
 from console.accounts.models import Role, hash_token
 from console.accounts.services import authenticate_token, has_role
+from console.gateway import db
 
 CACHE_S = 5.0
 _MAX_ENTRIES = 10_000
@@ -51,7 +50,7 @@ async def authenticate(authorization: str | None) -> Principal | None:
     hit = _cache.get(key)
     if hit is not None and hit[0] > now:
         return hit[1]
-    principal = await sync_to_async(_lookup)(raw)
+    principal = await db.read(lambda: _lookup(raw))
     if len(_cache) >= _MAX_ENTRIES:
         _cache.clear()
     _cache[key] = (now + CACHE_S, principal)

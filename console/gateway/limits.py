@@ -26,7 +26,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
+from console.gateway import db
 
 log = logging.getLogger("console.gateway")
 
@@ -190,7 +190,7 @@ class Limiter:
 
     async def refresh(self, force: bool = False) -> Table:
         if force or time.monotonic() - self.table.at > REFRESH_S:
-            version, rows = await sync_to_async(_read_rows)()
+            version, rows = await db.read(_read_rows)
             self.table = Table(time.monotonic(), rows, version)
         return self.table
 

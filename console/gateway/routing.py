@@ -40,7 +40,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
-from asgiref.sync import sync_to_async
+from console.gateway import db
 
 log = logging.getLogger("console.gateway")
 
@@ -285,7 +285,7 @@ class Router:
         if force or time.monotonic() - self.table.at > REFRESH_S:
             async with self._lock:
                 if force or time.monotonic() - self.table.at > REFRESH_S:
-                    self.table = await sync_to_async(_read_table)()
+                    self.table = await db.read(_read_table)
         return self.table
 
     async def candidates(self, model: str) -> list[Upstream]:
