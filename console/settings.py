@@ -99,6 +99,7 @@ if REDIS_MANAGE_ACL and not NPU_BOOTSTRAP_REDIS_PASSWORD:
 CELERY_BEAT_SCHEDULE = {
     "mark-offline": {"task": "inventory.mark_offline", "schedule": 5.0},
     "reconcile": {"task": "deployments.reconcile", "schedule": 5.0},
+    "autoscale": {"task": "deployments.autoscale", "schedule": 15.0},  # autoscale.PASS_S
     "flush-samples": {"task": "telemetry.flush_samples", "schedule": 5.0},
     "rollup": {"task": "telemetry.rollup", "schedule": 60.0},
     "purge": {"task": "telemetry.purge", "schedule": 3600.0},

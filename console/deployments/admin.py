@@ -1,6 +1,8 @@
 from django.contrib import admin
 
+from console.adminsite import ReadOnlyAdmin
 from console.deployments.models import (
+    Autoscaler,
     Deployment,
     ModelInspection,
     NetProbe,
@@ -9,6 +11,7 @@ from console.deployments.models import (
     ReplicaEvent,
     ReplicaMember,
     Rollout,
+    ScalingEvent,
 )
 
 
@@ -95,3 +98,14 @@ class RolloutAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+@admin.register(Autoscaler)
+class AutoscalerAdmin(ReadOnlyAdmin):
+    list_display = ["deployment", "min_replicas", "max_replicas", "status", "changed_at"]
+
+
+@admin.register(ScalingEvent)
+class ScalingEventAdmin(ReadOnlyAdmin):
+    list_display = ["deployment", "at", "action", "from_replicas", "to_replicas", "reason"]
+    list_filter = ["action"]

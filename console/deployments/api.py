@@ -5,9 +5,11 @@ from ninja import Router, Status
 from ninja.pagination import paginate
 
 from console.accounts.services import actor_from_request
-from console.deployments import catalog, inspection, services
-from console.deployments.models import Deployment, Replica, ReplicaEvent, Rollout
+from console.deployments import autoscale, catalog, inspection, services
+from console.deployments.models import Autoscaler, Deployment, Replica, ReplicaEvent, Rollout
 from console.deployments.schemas import (
+    AutoscalerIn,
+    AutoscalerOut,
     CatalogModelOut,
     CatalogOut,
     DeploymentIn,
@@ -80,6 +82,31 @@ def scale(request, name: str, payload: ScaleIn):
     return services.set_desired(
         actor=actor_from_request(request), name=name, state=None, replicas=payload.replicas
     )
+
+
+@router.get("/deployments/{name}/autoscaler", response=AutoscalerOut)
+def get_autoscaler(request, name: str):
+    """The deployment's autoscaling bounds, what it is doing now and its last decisions with
+    the numbers behind each (404: no autoscaling)."""
+    dep = services.get_deployment(name)
+    policy = Autoscaler.objects.filter(deployment=dep).select_related("deployment").first()
+    if policy is None:
+        raise NotFound(f"{name} has no autoscaling")
+    return policy
+
+
+@router.put("/deployments/{name}/autoscaler", response=AutoscalerOut)
+def set_autoscaler(request, name: str, payload: AutoscalerIn):
+    """Turn autoscaling on or change it (operators); the replica count is brought within
+    the bounds at once."""
+    return autoscale.set_policy(actor=actor_from_request(request), name=name, fields=payload.dict())
+
+
+@router.delete("/deployments/{name}/autoscaler", response={204: None})
+def delete_autoscaler(request, name: str):
+    """Turn autoscaling off (operators); the replica count stays as it is."""
+    autoscale.remove_policy(actor=actor_from_request(request), name=name)
+    return Status(204, None)
 
 
 @router.get("/deployments/{name}/replicas", response=list[ReplicaOut])

@@ -43,10 +43,27 @@ PHASE_TO_STATE = {
 }
 METRICS_TTL_S = 60
 SERIES_POINTS = 720  # one hour of 5-second heartbeats
+SERIES_TTL_S = 3600  # a replica gone for an hour leaves no series behind
 
 
 def series_key(replica_id: int) -> str:
     return f"npc:engine-series:{replica_id}"
+
+
+def record_point(pipe, replica_id: int, point: str) -> None:
+    """Append one heartbeat's metrics to the replica's last hour (in the caller's pipeline)."""
+    key = series_key(replica_id)
+    pipe.rpush(key, point)
+    pipe.ltrim(key, -SERIES_POINTS, -1)
+    pipe.expire(key, SERIES_TTL_S)
+
+
+def series_points(replica_id: int, since: float = 0.0) -> list[dict]:
+    """The replica's stored points from `since` (a Unix time) on, oldest first, each with
+    its time as `ts` and its finite non-negative numbers; unreadable points are skipped."""
+    raws = get_redis().lrange(series_key(replica_id), 0, -1)
+    points = [p for p in map(_chart_point, raws) if p is not None and p["ts"] >= since]
+    return sorted(points, key=lambda p: p["ts"])  # heartbeats may land out of order
 
 
 def _chart_point(raw: bytes) -> dict | None:
@@ -62,8 +79,7 @@ def _chart_point(raw: bytes) -> dict | None:
 
 def engine_charts(replica_id: int) -> list[dict]:
     """The replica's last hour from heartbeats: tokens/s, running/waiting, KV cache %, TTFT."""
-    raws = get_redis().lrange(series_key(replica_id), 0, -1)
-    points = [p for p in map(_chart_point, raws) if p is not None]
+    points = series_points(replica_id)
     if len(points) < 2:
         return []
     xs = [p["ts"] for p in points]

@@ -471,3 +471,56 @@ class Rollout(models.Model):
         if self.state in (RolloutState.FAILED, RolloutState.ROLLED_BACK):
             return "error"
         return "ok" if self.state == RolloutState.DONE else "warn"
+
+
+class Autoscaler(models.Model):
+    """A deployment's replica count follows its load within [min_replicas, max_replicas]
+    (console/deployments/autoscale.py): up when waiting requests per ready replica or the
+    KV-cache usage stay above their targets for `window_s`, down one replica after
+    `cooldown_s` idle. `status` says what it does now (e.g. waiting for capacity)."""
+
+    deployment = models.OneToOneField(
+        Deployment, on_delete=models.CASCADE, related_name="autoscaler"
+    )
+    min_replicas = models.PositiveSmallIntegerField(default=1)
+    max_replicas = models.PositiveSmallIntegerField(default=2)
+    waiting_target = models.FloatField(
+        default=2.0, help_text="waiting requests per ready replica, sustained, that add one"
+    )
+    kv_target = models.FloatField(default=80.0, help_text="KV-cache usage %, sustained")
+    window_s = models.PositiveIntegerField(default=60)
+    cooldown_s = models.PositiveIntegerField(default=300)
+    status = models.CharField(max_length=500, blank=True)
+    changed_at = models.DateTimeField(null=True, blank=True)  # the last change it made
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"autoscaler of {self.deployment_id} ({self.min_replicas}..{self.max_replicas})"
+
+
+class ScalingAction(models.TextChoices):
+    UP = "up", "Scaled up"
+    DOWN = "down", "Scaled down"
+    BOUNDS = "bounds", "Brought within bounds"
+    CAPACITY = "capacity", "Waiting for capacity"
+
+
+class ScalingEvent(models.Model):
+    """One autoscaling decision with the numbers behind it (kept: the last KEEP_EVENTS per
+    deployment, console/deployments/autoscale.py)."""
+
+    deployment = models.ForeignKey(
+        Deployment, on_delete=models.CASCADE, related_name="scaling_events"
+    )
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    action = models.CharField(max_length=16, choices=ScalingAction.choices)
+    from_replicas = models.PositiveSmallIntegerField()
+    to_replicas = models.PositiveSmallIntegerField()
+    reason = models.CharField(max_length=500)
+    numbers = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id} {self.action} {self.from_replicas}->{self.to_replicas}"

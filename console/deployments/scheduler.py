@@ -215,6 +215,33 @@ def explain_no_group_capacity(deployment: Deployment, latest: dict[str, dict | N
     )
 
 
+ROOM_UNBOUNDED = 64  # the most replicas a deployment may have: nothing else bounds CPU ones
+
+
+def room(deployment: Deployment) -> int:
+    """How many more replicas of `deployment` could be placed now: whole replicas' worth of
+    free healthy chips on the nodes it may use (for a multi-host replica, each on its own
+    hosts), less its replicas already waiting for a place. What the autoscaler asks for."""
+    waiting = Replica.objects.filter(
+        deployment=deployment,
+        index__lt=deployment.replicas,
+        state__in=("pending", "stopped"),
+        node__isnull=True,
+    ).count()
+    nodes = candidate_nodes(deployment)
+    need = npus_per_host(deployment)
+    if not nodes:
+        return 0
+    if need == 0:
+        return ROOM_UNBOUNDED - waiting
+    shares = sorted((len(free_chips(n, deployment)) // need for n in nodes), reverse=True)
+    hosts, fits = max(1, deployment.nodes_per_replica), 0
+    while len(shares) >= hosts and shares[hosts - 1] > 0:  # one share from each of the best
+        shares = sorted((s - 1 if i < hosts else s for i, s in enumerate(shares)), reverse=True)
+        fits += 1
+    return max(0, fits - waiting)
+
+
 def explain_no_capacity(deployment: Deployment) -> str:
     nodes = candidate_nodes(deployment)
     if not nodes:

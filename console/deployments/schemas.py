@@ -69,6 +69,49 @@ class ScaleIn(StrictIn):
     replicas: int = Field(..., ge=0, le=64)
 
 
+class AutoscalerIn(StrictIn):
+    """Autoscaling bounds and targets (console/deployments/autoscale.py)."""
+
+    min_replicas: int = Field(..., ge=1, le=64)
+    max_replicas: int = Field(..., ge=1, le=64)
+    waiting_target: float = Field(
+        2.0, gt=0, le=10_000, description="waiting requests per ready replica, sustained"
+    )
+    kv_target: float = Field(80.0, gt=0, le=100, description="KV-cache usage %, sustained")
+    window_s: int = Field(60, ge=15, le=3600, description="how long load must last to add")
+    cooldown_s: int = Field(300, ge=30, le=86_400, description="idle this long to remove one")
+
+
+class ScalingEventOut(Schema):
+    at: datetime
+    action: str
+    from_replicas: int
+    to_replicas: int
+    reason: str
+    numbers: dict
+
+
+class AutoscalerOut(Schema):
+    min_replicas: int
+    max_replicas: int
+    waiting_target: float
+    kv_target: float
+    window_s: int
+    cooldown_s: int
+    status: str
+    changed_at: datetime | None
+    replicas: int
+    events: list[ScalingEventOut]
+
+    @staticmethod
+    def resolve_replicas(obj) -> int:
+        return obj.deployment.replicas
+
+    @staticmethod
+    def resolve_events(obj) -> list:
+        return list(obj.deployment.scaling_events.all()[:20])
+
+
 class ReplicaEventOut(Schema):
     at: datetime
     from_state: str

@@ -375,6 +375,9 @@ def set_desired(
         if replicas is not None:
             if not 0 <= replicas <= 64:
                 raise Invalid("replicas must be 0..64", field="replicas")
+            from console.deployments.autoscale import check_manual_scale
+
+            check_manual_scale(dep, replicas)
             if replicas < dep.replicas:
                 _order_for_scale_down(dep)
             dep.replicas = replicas

@@ -15,6 +15,14 @@ def reconcile() -> dict:
     return run()
 
 
+@shared_task(name="deployments.autoscale", ignore_result=True)
+def autoscale() -> dict:
+    """Beat job: one autoscaling pass (console/deployments/autoscale.py)."""
+    from console.deployments.autoscale import run
+
+    return run()
+
+
 @shared_task(name=Tasks.ENGINE_REPORT, ignore_result=True)
 def engine_report(payload: object = None) -> None:
     """The old, unauthenticated path (agents before 0.2): refused, counted and logged."""

@@ -16,6 +16,11 @@ urlpatterns = [
     path("deployments/<slug:name>/edit", views.deployment_edit, name="deployment-edit"),
     path("deployments/<slug:name>/try", views.try_prompt, name="deployment-try"),
     path(
+        "deployments/<slug:name>/autoscaler",
+        views.deployment_autoscaler,
+        name="deployment-autoscaler",
+    ),
+    path(
         "deployments/<slug:name>/replicas/<int:replica_id>/log",
         views.replica_log,
         name="replica-log",

@@ -9,25 +9,29 @@ import urllib.request
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
+from pydantic import ValidationError
 
 from console.accounts.decorators import role_required
 from console.accounts.services import actor_from_request
-from console.deployments import services
+from console.deployments import autoscale, services
 from console.deployments.engines import engine_charts, engine_metrics
 from console.deployments.forms import engine_rows, initial_from, kept_fields, parse_form
 from console.deployments.inspection import InspectionPending
 from console.deployments.masking import shown_lines
 from console.deployments.models import (
+    Autoscaler,
     Deployment,
     NpuAllocation,
     Replica,
     ReplicaState,
     engine_api_key,
 )
+from console.deployments.schemas import AutoscalerIn
 from console.errors import DomainError
 from console.inventory.models import Node
 from console.pagination import page_of
 from workers import engine_settings
+from workers.contracts import describe
 
 # An engine is on our own network: an HTTP_PROXY in the console's environment must not get
 # the request (nor the engine key it carries).
@@ -169,6 +173,8 @@ def deployment_detail(request, name: str):
             r.charts = []
     context = {
         "dep": dep,
+        "autoscaler": Autoscaler.objects.filter(deployment=dep).first(),
+        "scaling_events": dep.scaling_events.all()[:8],
         "replicas": replicas,
         "ready": [r for r in replicas if r.state == ReplicaState.READY],
         "summary": replica_summary(replicas),
@@ -255,6 +261,31 @@ def deployment_action(request, name: str, action: str):
         messages.success(request, f"{name}: {action} requested")
     except (DomainError, ValueError) as exc:
         messages.error(request, getattr(exc, "message", str(exc)))
+    return redirect("deployment-detail", name=name)
+
+
+@require_POST
+@role_required("operator")
+def deployment_autoscaler(request, name: str):
+    """The autoscaling form: save the bounds and targets, or turn autoscaling off."""
+    actor = actor_from_request(request)
+    try:
+        if request.POST.get("off"):
+            autoscale.remove_policy(actor=actor, name=name)
+            messages.success(request, f"{name}: autoscaling off; the replica count stays")
+        else:
+            fields = AutoscalerIn.model_validate(
+                {k: request.POST.get(k) for k in autoscale.POLICY_FIELDS if request.POST.get(k)}
+            ).model_dump()
+            policy = autoscale.set_policy(actor=actor, name=name, fields=fields)
+            messages.success(
+                request,
+                f"{name}: autoscaling {policy.min_replicas}..{policy.max_replicas} replicas",
+            )
+    except ValidationError as exc:
+        messages.error(request, describe(exc))
+    except DomainError as exc:
+        messages.error(request, exc.message)
     return redirect("deployment-detail", name=name)
 
 

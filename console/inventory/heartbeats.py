@@ -264,18 +264,16 @@ def record_engines(
     reconcile loop (which repairs any missed report) and each engine's scraped metrics for the
     pages. Metrics are recorded only for the replicas in `owned` (placed on this node) when
     given: they steer routing."""
-    from console.deployments.engines import METRICS_TTL_S, metrics_key
+    from console.deployments.engines import METRICS_TTL_S, metrics_key, record_point
 
     pipe.set(engines_key(node), _ENGINE_LIST.dump_json(engines), ex=METRICS_TTL_S)
     for e in engines:
         if owned is not None and e.replica_id not in owned:
             continue
         if e.metrics:
-            pipe.set(
-                metrics_key(e.replica_id),
-                json.dumps({"at": e.at.isoformat(), **e.metrics}),
-                ex=METRICS_TTL_S,
-            )
+            point = json.dumps({"at": e.at.isoformat(), **e.metrics})
+            pipe.set(metrics_key(e.replica_id), point, ex=METRICS_TTL_S)
+            record_point(pipe, e.replica_id, point)  # the charts' and the autoscaler's hour
 
 
 def _load(name: str) -> dict | None:
