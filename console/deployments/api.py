@@ -5,11 +5,12 @@ from ninja import Router, Status
 from ninja.pagination import paginate
 
 from console.accounts.services import actor_from_request
-from console.deployments import autoscale, catalog, inspection, services
+from console.deployments import autoscale, catalog, inspection, rollout, services
 from console.deployments.models import Autoscaler, Deployment, Replica, ReplicaEvent, Rollout
 from console.deployments.schemas import (
     AutoscalerIn,
     AutoscalerOut,
+    CanaryIn,
     CatalogModelOut,
     CatalogOut,
     DeploymentIn,
@@ -18,6 +19,7 @@ from console.deployments.schemas import (
     ReplicaDetailOut,
     ReplicaEventOut,
     ReplicaOut,
+    RolloutOut,
     ScaleIn,
 )
 from console.errors import NotFound
@@ -82,6 +84,26 @@ def scale(request, name: str, payload: ScaleIn):
     return services.set_desired(
         actor=actor_from_request(request), name=name, state=None, replicas=payload.replicas
     )
+
+
+@router.put("/deployments/{name}/canary", response=DeploymentOut)
+def set_canary(request, name: str, payload: CanaryIn):
+    """The share of requests the first replacement of the next rolling updates takes while
+    the rollout waits for a decision (0: no canary; operators)."""
+    rollout.set_canary(actor=actor_from_request(request), name=name, percent=payload.percent)
+    return get_deployment(request, name)
+
+
+@router.post("/deployments/{name}/rollout/promote", response=RolloutOut)
+def promote_canary(request, name: str):
+    """Go on with a rollout paused at its canary (409 when none waits; operators)."""
+    return rollout.promote(actor=actor_from_request(request), name=name)
+
+
+@router.post("/deployments/{name}/rollout/rollback", response=RolloutOut)
+def roll_back_canary(request, name: str):
+    """Roll a rollout paused at its canary back to the last good spec (operators)."""
+    return rollout.roll_back_canary(actor=actor_from_request(request), name=name)
 
 
 @router.get("/deployments/{name}/autoscaler", response=AutoscalerOut)

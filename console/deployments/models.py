@@ -113,6 +113,9 @@ class Deployment(EngineSettingsColumns):
     spec_version = models.PositiveIntegerField(default=1)
     # the settings last fully rolled out (every replica ready on them): what an automatic
     # rollback restores (console/deployments/rollout.py); version 0 = none yet
+    # a rolling update pauses after its first replacement, which then takes this share of
+    # the gateway's requests until promoted or rolled back (0: no canary; rollout.py)
+    canary_percent = models.PositiveSmallIntegerField(default=0)
     good_version = models.PositiveIntegerField(default=0)
     good_spec = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(
@@ -449,6 +452,8 @@ class Rollout(models.Model):
     step_started_at = models.DateTimeField(null=True, blank=True)
     step_verified_at = models.DateTimeField(null=True, blank=True)
     verify_failures = models.PositiveSmallIntegerField(default=0)
+    canary_percent = models.PositiveSmallIntegerField(default=0)  # the deployment's, at open
+    promoted_at = models.DateTimeField(null=True, blank=True)  # the canary was promoted
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -464,6 +469,18 @@ class Rollout(models.Model):
         from console.deployments.rollout import summary
 
         return summary(self, self.deployment.replicas)
+
+    @property
+    def canary_held(self) -> bool:
+        """Paused at its canary: the first replacement answered and serves a share of the
+        traffic beside the old replicas until promoted or rolled back."""
+        return (
+            self.state == RolloutState.ROLLING
+            and self.canary_percent > 0
+            and self.promoted_at is None
+            and self.replaced == 0
+            and self.step_verified_at is not None
+        )
 
     @property
     def alert(self) -> str:

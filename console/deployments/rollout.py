@@ -42,7 +42,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from console.accounts.services import Actor, record
+from console.accounts.models import Role
+from console.accounts.services import Actor, check_role, record
 from console.deployments import scheduler
 from console.deployments.engines import dispatch_start, dispatch_stop_replica
 from console.deployments.models import (
@@ -57,6 +58,7 @@ from console.deployments.models import (
     engine_api_key,
 )
 from console.deployments.services import SPEC_FIELDS, transition_replica
+from console.errors import Conflict
 from workers.contracts import EngineSpec
 
 log = logging.getLogger(__name__)
@@ -186,6 +188,7 @@ def _open(dep: Deployment) -> Rollout | None:
             return None
         return Rollout.objects.create(
             deployment=dep,
+            canary_percent=locked.canary_percent if locked.good_version else 0,
             from_version=locked.good_version,
             to_version=dep.spec_version,
             target_version=dep.spec_version,
@@ -235,11 +238,28 @@ def _step(dep: Deployment, ro: Rollout, latest: dict) -> set[int]:
     if ro.step_verified_at is None and not _watch(dep, ro, new):
         ro.refresh_from_db(fields=["step_new"])
         return busy if ro.step_new_id == new.pk else set()
+    if _canary_holds(dep, ro, new):
+        return busy
     if ro.step_mode == IN_PLACE:
         _complete(ro, f"replica {new.index} replaced in place")
         return set()
     _retire(dep, ro, old, new)
     return busy
+
+
+def _canary_holds(dep: Deployment, ro: Rollout, new: Replica) -> bool:
+    """The first replacement answered: with a canary, the rollout waits here (both serve,
+    the gateway sends it canary_percent of the requests) until an operator promotes it or
+    rolls it back; a canary that fails meanwhile rolls back by itself."""
+    if ro.state != R.ROLLING or not ro.canary_percent or ro.promoted_at or ro.replaced:
+        return False
+    if (
+        new.state == S.CRASH_LOOP
+        or new.state == S.STOPPED
+        or (new.state == S.FAILED and new.restarts >= RESTART_MAX)
+    ):
+        fail(dep, ro, new, f"canary replica {new.index} {new.state}: {new.state_reason}")
+    return True
 
 
 def _begin(dep: Deployment, ro: Rollout, old: Replica, latest: dict) -> None:
@@ -465,9 +485,12 @@ def note(replica: Replica, text: str) -> None:
 
 
 # --- failure and rollback -----------------------------------------------------------------
-def fail(dep: Deployment, ro: Rollout, replica: Replica, why: str) -> None:
+def fail(
+    dep: Deployment, ro: Rollout, replica: Replica, why: str, *, incident: bool = True
+) -> None:
     """The new generation failed: roll back to the last good spec (or, failing while rolling
-    back or with no good spec, end the rollout failed). Events, an incident, an audit entry."""
+    back or with no good spec, end the rollout failed). Events, an incident (unless an
+    operator asked for the rollback: `incident` False), an audit entry."""
     from console.diagnosis.incidents import open_incident_for_rollout
 
     with transaction.atomic():
@@ -488,7 +511,8 @@ def fail(dep: Deployment, ro: Rollout, replica: Replica, why: str) -> None:
             old = Replica.objects.filter(pk=ro.step_old_id).first()
             if old is not None:
                 note(old, f"its replacement failed: {why}; {action}")
-    open_incident_for_rollout(dep, ro, replica, f"{why}; {action}")
+    if incident:
+        open_incident_for_rollout(dep, ro, replica, f"{why}; {action}")
 
 
 def _roll_back(dep: Deployment, ro: Rollout, why: str) -> bool:
@@ -522,12 +546,85 @@ def _roll_back(dep: Deployment, ro: Rollout, why: str) -> bool:
     return True
 
 
+# --- the canary's decision (API and page) -------------------------------------------------
+def held_canary(name: str) -> tuple[Deployment, Rollout, Replica]:
+    """The deployment's rollout paused at its canary, and the canary replica (409 if none)."""
+    from console.deployments.services import get_deployment
+
+    dep = get_deployment(name)
+    ro = dep.rollouts.filter(state=R.ROLLING).first()
+    new = Replica.objects.filter(pk=ro.step_new_id).first() if ro else None
+    if ro is None or not ro.canary_held or new is None:
+        raise Conflict(f"{name} has no canary waiting for a decision")
+    return dep, ro, new
+
+
+def promote(*, actor: Actor, name: str) -> Rollout:
+    """Go on with the rollout past its canary (operators)."""
+    check_role(actor, Role.OPERATOR)
+    dep, ro, _ = held_canary(name)
+    with transaction.atomic():
+        if not Rollout.objects.filter(pk=ro.pk, state=R.ROLLING, promoted_at__isnull=True).update(
+            promoted_at=timezone.now()
+        ):
+            raise Conflict(f"{name}: the rollout changed meanwhile")
+        record(
+            actor=actor,
+            action="deployment.canary.promote",
+            obj=dep,
+            after={"spec_version": ro.to_version, "canary_percent": ro.canary_percent},
+        )
+    ro.refresh_from_db()
+    return ro
+
+
+def roll_back_canary(*, actor: Actor, name: str) -> Rollout:
+    """Roll the canary back to the last good spec (operators): the same path as a failed
+    new generation, without an incident (nothing failed; someone decided)."""
+    check_role(actor, Role.OPERATOR)
+    dep, ro, new = held_canary(name)
+    fail(dep, ro, new, f"canary rolled back by {actor.name}", incident=False)
+    record(
+        actor=actor,
+        action="deployment.canary.rollback",
+        obj=dep,
+        after={"spec_version": ro.to_version},
+    )
+    ro.refresh_from_db()
+    return ro
+
+
+def set_canary(*, actor: Actor, name: str, percent: int) -> Deployment:
+    """The canary share the next rolling updates of the deployment pause at (0: none)."""
+    from console.deployments.services import get_deployment
+
+    check_role(actor, Role.OPERATOR)
+    dep = get_deployment(name)
+    with transaction.atomic():
+        before = Deployment.objects.select_for_update().get(pk=dep.pk).canary_percent
+        Deployment.objects.filter(pk=dep.pk).update(canary_percent=percent)
+        record(
+            actor=actor,
+            action="deployment.canary",
+            obj=dep,
+            before={"canary_percent": before},
+            after={"canary_percent": percent},
+        )
+    dep.canary_percent = percent
+    return dep
+
+
 # --- what pages and the API show ---------------------------------------------------------
 def summary(ro: Rollout, replicas: int) -> str:
     """One line saying where the rollout stands, e.g. "Rolling out spec v3: 1 of 3 replaced"."""
     step = {SURGE: " · now: one extra replica first", IN_PLACE: " · now: one in place"}.get(
         ro.step_mode, ""
     )
+    if ro.canary_held:
+        return (
+            f"Canary: one replica on spec v{ro.to_version} takes {ro.canary_percent}% of "
+            f"requests beside the replicas on v{ro.from_version}; promote it or roll back"
+        )
     return {
         R.ROLLING: f"Rolling out spec v{ro.to_version}: {ro.replaced} of {replicas} replaced{step}",
         R.ROLLING_BACK: f"Rolling back to v{ro.target_version}: {ro.replaced} of {replicas} "

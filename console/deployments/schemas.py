@@ -69,6 +69,16 @@ class ScaleIn(StrictIn):
     replicas: int = Field(..., ge=0, le=64)
 
 
+class CanaryIn(StrictIn):
+    percent: int = Field(
+        ...,
+        ge=0,
+        le=99,
+        description="share of requests the first replacement of a rolling update takes "
+        "until promoted (0: no canary)",
+    )
+
+
 class AutoscalerIn(StrictIn):
     """Autoscaling bounds and targets (console/deployments/autoscale.py)."""
 
@@ -175,6 +185,9 @@ class RolloutOut(Schema):
     step_mode: str = Field(..., description="surge, in-place or empty between steps")
     reason: str
     summary: str
+    canary_percent: int = Field(..., description="the share its canary takes (0: none)")
+    canary_held: bool = Field(..., description="paused at its canary: promote or roll back")
+    promoted_at: datetime | None
     started_at: datetime
     finished_at: datetime | None
 
@@ -189,6 +202,7 @@ class DeploymentOut(Schema, EngineSettings):
     extra_args: list[str]
     extra_env: dict[str, str]
     replicas: int
+    canary_percent: int
     node_selector: dict[str, str]
     pinned_node: str | None
     npus_per_replica: int
@@ -235,6 +249,7 @@ class DeploymentOut(Schema, EngineSettings):
         if ro is None:
             return None
         fields = ("state", "from_version", "to_version", "target_version", "replaced")
+        fields += ("canary_percent", "canary_held", "promoted_at")
         return {k: getattr(ro, k) for k in fields} | {
             "step_mode": ro.step_mode,
             "reason": ro.reason,

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from console.accounts.decorators import role_required
 from console.accounts.services import actor_from_request
-from console.deployments import autoscale, services
+from console.deployments import autoscale, rollout, services
 from console.deployments.engines import engine_charts, engine_metrics
 from console.deployments.forms import engine_rows, initial_from, kept_fields, parse_form
 from console.deployments.inspection import InspectionPending
@@ -26,7 +26,7 @@ from console.deployments.models import (
     ReplicaState,
     engine_api_key,
 )
-from console.deployments.schemas import AutoscalerIn
+from console.deployments.schemas import AutoscalerIn, CanaryIn
 from console.errors import DomainError
 from console.inventory.models import Node
 from console.pagination import page_of
@@ -254,11 +254,20 @@ def deployment_action(request, name: str, action: str):
                 state=None,  # a scale keeps the desired state (read under the lock)
                 replicas=int(request.POST.get("replicas") or -1),
             )
+        elif action == "promote":
+            rollout.promote(actor=actor, name=name)
+        elif action == "rollback":
+            rollout.roll_back_canary(actor=actor, name=name)
+        elif action == "canary":
+            percent = CanaryIn.model_validate({"percent": request.POST.get("percent") or 0})
+            rollout.set_canary(actor=actor, name=name, percent=percent.percent)
         elif action == "delete":
             services.delete_deployment(actor=actor, name=name)
             messages.success(request, f"deployment {name} deleted")
             return redirect("deployment-list")
         messages.success(request, f"{name}: {action} requested")
+    except ValidationError as exc:
+        messages.error(request, describe(exc))
     except (DomainError, ValueError) as exc:
         messages.error(request, getattr(exc, "message", str(exc)))
     return redirect("deployment-detail", name=name)

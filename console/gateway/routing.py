@@ -35,6 +35,7 @@ import hashlib
 import itertools
 import logging
 import math
+import random
 import time
 import uuid
 from collections import Counter
@@ -68,6 +69,7 @@ class Upstream:
     scraped_load: float
     api_key: str = field(default="", repr=False)  # the replica's engine key, sent upstream
     capacity: int = DEFAULT_CAPACITY  # requests it runs at once (max_num_seqs)
+    spec_version: int = 0
 
 
 @dataclass
@@ -77,6 +79,22 @@ class Table:
     known_models: frozenset[str] = frozenset()
     # models with ready replicas on simulated nodes only: no upstream, a clear 503
     simulated_only: frozenset[str] = frozenset()
+    # model -> (spec version of its canary, percent of requests it takes): rollouts paused
+    # at their canary (console/deployments/rollout.py)
+    canaries: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def canary_share(ups: list[Upstream], canary: tuple[int, int] | None, draw: float) -> list:
+    """The upstreams a request may go to: with a canary and both generations serving, the
+    canary's replicas for `draw` (0..100) under its percent, the others otherwise."""
+    if canary is None:
+        return ups
+    version, percent = canary
+    new = [u for u in ups if u.spec_version == version]
+    old = [u for u in ups if u.spec_version != version]
+    if not new or not old:
+        return ups
+    return new if draw < percent else old
 
 
 def scraped_load(metrics: dict) -> float:
@@ -98,7 +116,14 @@ def scraped_load(metrics: dict) -> float:
 
 def _read_table() -> Table:
     from console.deployments.engines import engine_metrics
-    from console.deployments.models import Deployment, Replica, ReplicaState, engine_api_key
+    from console.deployments.models import (
+        Deployment,
+        Replica,
+        ReplicaState,
+        Rollout,
+        RolloutState,
+        engine_api_key,
+    )
 
     replicas = list(
         Replica.objects.filter(state=ReplicaState.READY, node__isnull=False, port__isnull=False)
@@ -125,10 +150,19 @@ def _read_table() -> Table:
                 load,
                 engine_api_key(r.pk),
                 r.deployment.max_num_seqs or DEFAULT_CAPACITY,
+                r.spec_version,
             )
         )
     known = frozenset(Deployment.objects.values_list("served_model_name", flat=True))
-    return Table(time.monotonic(), by_model, known, frozenset(simulated - by_model.keys()))
+    canaries = {
+        ro.deployment.served_model_name: (ro.to_version, ro.canary_percent)
+        for ro in Rollout.objects.filter(
+            state=RolloutState.ROLLING, canary_percent__gt=0, promoted_at__isnull=True
+        ).select_related("deployment")
+    }
+    return Table(
+        time.monotonic(), by_model, known, frozenset(simulated - by_model.keys()), canaries
+    )
 
 
 # KEYS: per candidate its in-flight set, then the token's own set and the model's active set
@@ -291,7 +325,9 @@ class Router:
     async def candidates(self, model: str) -> list[Upstream]:
         """The ready upstreams of `model`, best first by what this process knows alone."""
         table = await self.refresh()
-        ups = list(table.by_model.get(model, ()))
+        ups = canary_share(
+            list(table.by_model.get(model, ())), table.canaries.get(model), random.uniform(0, 100)
+        )
         if not ups:
             return []
         now = time.monotonic()

@@ -48,3 +48,33 @@ def test_the_rollout_line_says_where_it_stands_and_why_it_rolled_back(page, live
     assert line.inner_text() == f"Rolled back to v2: {why}"
     assert line.get_attribute("data-state") == "rolled-back"
     shot(page, "deployment-rolled-back")
+
+
+def test_a_canary_is_promoted_from_its_line(page, live_server):
+    from django.utils import timezone
+
+    make_user("ada", "operator")
+    dep = make_deployment(
+        "qwen", ports=[8100, 8101], spec_version=3, good_version=2, desired_state="running"
+    )
+    canary = dep.replica_set.create(index=1000, state="ready", spec_version=3)
+    Rollout.objects.create(
+        deployment=dep,
+        from_version=2,
+        to_version=3,
+        target_version=3,
+        step_mode="surge",
+        step_old=dep.replica_set.get(index=0),
+        step_new=canary,
+        step_verified_at=timezone.now(),
+        canary_percent=10,
+    )
+    login(page, live_server, "ada", "pw-ada-123")
+    page.goto(f"{live_server.url}/deployments/qwen/")
+    line = page.locator("[data-testid=rollout]")
+    assert "Canary: one replica on spec v3 takes 10% of requests" in line.inner_text()
+    shot(page, "deployment-canary")
+    line.get_by_role("button", name="Promote").click()
+    page.wait_for_url("**/deployments/qwen/")
+    assert Rollout.objects.get().promoted_at is not None
+    assert "Rolling out spec v3" in page.locator("[data-testid=rollout]").inner_text()

@@ -326,3 +326,98 @@ def test_completion_is_a_real_one_token_request_with_the_engine_key(db):
                 False,
                 f"HTTP 401 from http://127.0.0.1:{other.port}",
             )
+
+
+# --- canary -----------------------------------------------------------------------------------
+def canary_held() -> bool:
+    ro = Rollout.objects.filter(deployment__name="d1").first()
+    return ro is not None and ro.canary_held
+
+
+def test_a_canary_waits_for_promotion_then_the_rollout_goes_on(
+    actor, agent, fake_inspect, operator_client
+):
+    old = running(actor, agent, npus=8)
+    resp = operator_client.put(
+        "/api/v1/deployments/d1/canary", {"percent": 10}, content_type="application/json"
+    )
+    assert resp.status_code == 200 and resp.json()["canary_percent"] == 10
+    update(actor, max_model_len=2048)
+    roll(agent, until=canary_held)
+    for _ in range(5):  # it waits: both old replicas keep serving beside the canary
+        pass_(agent)
+    assert Replica.objects.filter(pk__in=[r.pk for r in old], state="ready").count() == 2
+    assert not [kind for kind, _ in agent.log if kind == "stop"]
+    body = operator_client.get("/api/v1/deployments/d1").json()["rollout"]
+    assert body["canary_held"] and body["canary_percent"] == 10
+    assert body["summary"].startswith("Canary: one replica on spec v2 takes 10% of requests")
+    from console.gateway.routing import _read_table
+
+    assert _read_table().canaries == {"m": (2, 10)}  # what the gateway splits traffic by
+
+    resp = operator_client.post("/api/v1/deployments/d1/rollout/promote")
+    assert resp.status_code == 200 and resp.json()["promoted_at"]
+    assert _read_table().canaries == {}  # promoted: no split any more
+    roll(agent, until=lambda: rollout_state() == "done")
+    assert list(Replica.objects.values_list("spec_version", flat=True)) == [2, 2]
+    assert AuditEntry.objects.filter(action="deployment.canary.promote").exists()
+    # nothing to promote any more
+    assert operator_client.post("/api/v1/deployments/d1/rollout/promote").status_code == 409
+
+
+def test_a_canary_rolled_back_by_an_operator_restores_the_good_spec(
+    actor, agent, fake_inspect, operator_client
+):
+    running(actor, agent, npus=8)
+    rollout.set_canary(actor=actor, name="d1", percent=25)
+    update(actor, max_model_len=2048)
+    roll(agent, until=canary_held)
+    resp = operator_client.post("/api/v1/deployments/d1/rollout/rollback")
+    assert resp.status_code == 200 and resp.json()["state"] == "rolling-back"
+    roll(agent, until=lambda: rollout_state() == "rolled-back")
+    pass_(agent)  # the stopped canary row, past the replica count, goes
+    dep = Deployment.objects.get(name="d1")
+    assert (dep.spec_version, dep.max_model_len) == (1, 4096)
+    assert list(Replica.objects.values_list("spec_version", "state")) == [(1, "ready")] * 2
+    assert not Incident.objects.exists()  # an operator's decision, not a failure
+
+
+def test_a_canary_that_crashes_rolls_back_by_itself(actor, agent, fake_inspect):
+    running(actor, agent, npus=8)
+    rollout.set_canary(actor=actor, name="d1", percent=10)
+    update(actor, max_model_len=2048)
+    roll(agent, until=canary_held)
+    canary = Replica.objects.get(pk=Rollout.objects.get().step_new_id)
+    report(canary, "failed", reason="engine died")
+    canary.refresh_from_db()
+    report(canary, "crash-loop", reason="engine died 5 times")
+    roll(agent, until=lambda: rollout_state() == "rolled-back")
+    assert "canary replica" in Rollout.objects.get().reason
+    assert Incident.objects.exists()
+
+
+def test_canary_percent_is_validated(actor, agent, fake_inspect, operator_client, viewer_client):
+    running(actor, agent, npus=8)
+    bad = operator_client.put(
+        "/api/v1/deployments/d1/canary", {"percent": 100}, content_type="application/json"
+    )
+    assert bad.status_code == 422 and "percent" in bad.content.decode()
+    denied = viewer_client.put(
+        "/api/v1/deployments/d1/canary", {"percent": 10}, content_type="application/json"
+    )
+    assert denied.status_code == 403
+    assert Deployment.objects.get(name="d1").canary_percent == 0
+
+
+def test_the_gateway_sends_the_canary_its_share():
+    from console.gateway.routing import Upstream, canary_share
+
+    ups = [
+        Upstream(1, "d/0", "u0", 0, spec_version=1),
+        Upstream(2, "d/1000", "u1", 0, spec_version=2),
+    ]
+    picks = [canary_share(ups, (2, 10), draw)[0].replica_id for draw in range(100)]
+    assert picks.count(2) == 10 and picks.count(1) == 90
+    assert canary_share(ups, None, 5) == ups  # no canary: every replica
+    only_new = [ups[1]]
+    assert canary_share(only_new, (2, 10), 50) == only_new  # one generation left: it serves
