@@ -24,7 +24,7 @@ from console.inventory.models import Node
 from console.logs.models import LogLine
 from tests.engine_support.vllm_server import DTYPE
 from tests.helpers import client_for
-from tests.kit import post_deployment, start_agent, wait_for
+from tests.kit import kill_engines_of, post_deployment, start_agent, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.worker]
 NODE = "cpu-e2e"
@@ -223,9 +223,7 @@ def test_deploy_serve_crash_restart_readopt_and_stop(
         raise
     finally:
         agent.stop()
-        for p in psutil.process_iter(["cmdline"]):  # never leave an engine behind, whatever failed
-            if str(tiny_model) in " ".join(p.info["cmdline"] or []):
-                p.kill()
+        kill_engines_of(str(tiny_model))  # never leave an engine behind, whatever failed
 
 
 def test_a_port_another_program_holds_is_never_given_to_the_engine(
@@ -277,6 +275,4 @@ def test_a_port_another_program_holds_is_never_given_to_the_engine(
     finally:
         blocker.close()
         agent.stop()  # an agent leaves its engines running by design: end this test's here
-        for p in psutil.process_iter(["cmdline"]):
-            if str(tiny_model) in " ".join(p.info["cmdline"] or []):
-                p.kill()
+        kill_engines_of(str(tiny_model))

@@ -25,7 +25,7 @@ from console.inventory.models import Node
 from tests.engine.test_deployment_e2e import port_free
 from tests.engine_support.vllm_server import DTYPE
 from tests.helpers import client_for
-from tests.kit import post_deployment, start_agent, wait_for
+from tests.kit import kill_engines_of, post_deployment, start_agent, wait_for
 
 pytestmark = [
     pytest.mark.engine,
@@ -154,8 +154,7 @@ def test_a_replica_over_two_hosts_serves_restarts_as_a_group_and_stops_clean(
     finally:
         for agent in agents:
             agent.stop()
-        for proc in engines(tiny_model):  # never leave an engine behind, whatever failed
-            proc.kill()
+        kill_engines_of(str(tiny_model))  # never leave an engine behind, whatever failed
 
 
 def _complete(url: str, raw: str) -> dict | None:

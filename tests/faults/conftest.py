@@ -5,20 +5,17 @@ test that proves it."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from console.accounts.services import Actor
 from console.deployments.models import Deployment
 from console.inventory.enrollment import create_enrollment_token
 from console.inventory.models import Node
-from tests.kit import Proc, install_as_vllm, make_deployment, start_agent, wait_for
+from tests.kit import Proc, install_as_vllm, kill_engines_of, make_deployment, start_agent, wait_for
 
 PROBE_S = 1.0  # the agents' engine probe interval in these tests
 BACKOFF_S = 0.5  # their first restart delay (doubles per crash)
@@ -32,16 +29,6 @@ def model_dir(tmp_path: Path) -> Path:
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64}
     (path / "config.json").write_text(json.dumps(config))
     return path
-
-
-def kill_engines_of(marker: str) -> None:
-    """SIGKILL every process whose command line mentions `marker` (a tmp path of the test)."""
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if marker in " ".join(proc.info["cmdline"] or []):
-                os.killpg(proc.pid, signal.SIGKILL)
-        except (psutil.Error, ProcessLookupError, PermissionError):
-            pass
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from tests.kit.api import post_deployment
 from tests.kit.factories import make_deployment, make_node, make_replica
 from tests.kit.fake_engine import FakeEngine, install_as_vllm
 from tests.kit.ports import closed_port, free_port, on_free_port
-from tests.kit.processes import REPO, Proc, child_env, database_url
+from tests.kit.processes import REPO, Proc, child_env, database_url, kill_engines_of
 from tests.kit.waiting import wait_for
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "database_url",
     "free_port",
     "install_as_vllm",
+    "kill_engines_of",
     "make_deployment",
     "make_node",
     "make_replica",

@@ -4,8 +4,11 @@ output kept in a file for failures, the test database and Redis in their environ
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
+
+import psutil
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,3 +64,16 @@ class Proc:
                 os.killpg(self.popen.pid, 9)
                 self.popen.wait()
         self._fh.close()
+
+
+def kill_engines_of(marker: str) -> None:
+    """SIGKILL the process group of every process whose command line mentions `marker` (a
+    tmp path of the test): an engine's EngineCore and workers rename themselves
+    (VLLM::EngineCore) and would outlive a kill of the API server alone."""
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if marker in " ".join(proc.info["cmdline"] or []):
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.kill()  # not a group leader: the group kill missed it
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            pass
