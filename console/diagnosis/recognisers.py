@@ -35,7 +35,9 @@ EXCEPTION = (
 # glog's or c10's ("E0331 20:50:12", "[E331 20:50:12…"); "…Error:" counts even glued to a
 # mistyped class ("0SError: …"); the loader's and Python's import wordings, pip's resolver's
 # ("conflicting dependencies"), and Chinese reporters' words (报错 "an error is reported",
-# 失败 "failed", 不匹配/不兼容/不支持 "does not match / incompatible / not supported") count too.
+# 失败 "failed", 不匹配/不兼容/不支持 "does not match / incompatible / not supported") count too;
+# so do the linker's missing library ("ld: cannot find -lcuda") and a component "too old" for
+# the rest of the stack (PyTorch warns "The NVIDIA driver on your system is too old").
 ERROR_LINE = (
     r"(?:\bERROR\b|\[ERROR\]|\bFATAL\b|\bCRITICAL\b|\bE\d{4} |\b[EF]\d{3,4} \d\d:\d\d:\d\d|"
     r"\b[EW][0-9A-Z]\d{4}[:\[]|报错|错误|失败|不匹配|不兼容|不支持|"
@@ -43,7 +45,7 @@ ERROR_LINE = (
     r"does not match|mismatch|cannot open shared object|error while loading shared libraries|"
     r"undefined symbol|no module named|cannot import name|conflict|incompatible|"
     r"not (?:currently |yet )?supported|unsupported|does not support|can ?not be found|"
-    r"could not be found))"
+    r"could not be found|cannot find -l\w|\btoo old\b))"
 )
 
 

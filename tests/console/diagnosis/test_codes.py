@@ -180,6 +180,14 @@ def test_an_exception_is_read_after_full_width_punctuation_or_cjk_text():
             "supported on the NPU backend and will fall back to run on the CPU.",
             "op-unsupported",
         ),
+        # round 5 (development logs): the linker's missing library, a driver "too old", the
+        # hardware lacking a data type, PyTorch's view refusing a shape
+        ("/usr/bin/ld: cannot find -lcuda: No such file or directory", "driver-missing"),
+        (
+            "torch/cuda/__init__.py:180: UserWarning: CUDA initialization: The NVIDIA driver on "
+            "your system is too old (found version 12080).",
+            "version-mismatch",
+        ),
     ],
 )
 def test_an_error_line_is_recognised_by_its_failure_words_without_a_log_level(line, category):
@@ -208,3 +216,53 @@ def test_a_failed_stream_sync_alone_is_not_taken_for_a_kernel_fault():
         "during task execution, stream_id:5"
     )
     assert diagnose(text)[0].category == "hccl-failure"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
+        "Your Tesla T4 GPU has compute capability 7.5.",
+        "RuntimeError: shape '[38400, 0, -1]' is invalid for input of size 2457600",
+    ],
+)
+def test_an_exception_naming_what_the_hardware_or_operator_cannot_take_is_op_unsupported(line):
+    found = diagnose(line)
+    assert found and found[0].category == "op-unsupported" and not found[0].symptom
+
+
+def test_an_operators_kernel_list_is_not_taken_for_a_model_config_file():
+    # binary_info_config.json lists the SoC's kernels: the chip lacks the operator
+    found = diagnose(
+        "Get regInfo failed, The binary_info_config.json of socVersion [ascend310p] does not "
+        "support opType [RotaryPositionEmbedding]"
+    )
+    assert found[0].category == "op-unsupported"
+    assert all(d.category != "model-not-found" for d in found)
+    # a model's own config.json still reads as the model's files
+    assert classify(None, "OSError: /models/qwen/config.json not found").category == (
+        "model-not-found"
+    )
+
+
+def test_a_hccl_notify_timeout_outranks_the_runtime_task_timeout_it_causes():
+    text = (
+        "npuSynchronizeDevice:torch_npu/csrc/core/npu/NPUStream.cpp:370 NPU error, error code is "
+        "107020.\nEI0002: The wait execution of the Notify register times out. Reason: The Notify "
+        "register has not received the Notify record from remote rank [1]."
+    )
+    found = diagnose(text)
+    assert found[0].rule == "hccl-notify-wait-timeout"
+    assert any(d.category == "engine-hang" for d in found[1:])
+
+
+def test_a_stuck_collective_watchdog_is_a_hang_below_any_cause():
+    stuck = (
+        "[rank0]:[F ProcessGroupNCCL.cpp:1169] [PG 2 Rank 0] ProcessGroupNCCL's watchdog got "
+        "stuck for 600 seconds without making progress in monitoring enqueued collectives."
+    )
+    assert diagnose(stuck)[0].category == "engine-hang"
+    with_cause = stuck + "\nRuntimeError: NPU out of memory. Tried to allocate 2.00 GiB"
+    found = diagnose(with_cause)
+    assert found[0].category == "npu-oom"
+    assert any(d.rule == "collective-watchdog-stuck" and d.symptom for d in found)
