@@ -310,7 +310,10 @@ class Router:
         self.table = Table()
         self.inflight: Counter[int] = Counter()
         self.down_until: dict[int, float] = {}
-        self._rr = itertools.count()
+        self._rr = itertools.count()  # ties in candidates(): this process alone
+        # ties in pick(): its own counter, or a request (which calls both) would step one
+        # shared counter twice and, with two replicas, always break ties the same way
+        self._pick_rr = itertools.count()
         self._lock = asyncio.Lock()
         self._scripts: dict[tuple[int, str], object] = {}
         self._warned = 0.0
@@ -370,7 +373,7 @@ class Router:
             lease.request_id,
             now + LEASE_S,
             token_id,
-            next(self._rr) % len(ups),
+            next(self._pick_rr) % len(ups),
             affine(affinity, ups) + 1 if affinity else 0,
             AFFINITY_SLACK,
             SHED_FACTOR,

@@ -64,6 +64,29 @@ def test_two_processes_share_their_in_flight_counts(redis_url, clean_redis):
     assert not clean_redis.exists(routing.ACTIVE + routing.model_key("m"))
 
 
+def test_idle_replicas_take_turns_on_the_request_path(redis_url, clean_redis):
+    """One request at a time (nothing in flight, no load): ties go round-robin as the
+    gateway calls the router — candidates(), then pick(), then done() — over 2 and 3
+    replicas. (Both calls once stepped one counter: with 2 replicas every tie went to the
+    same one.)"""
+    for n in (2, 3):
+        router = Router()
+        upstreams = ups(n)
+        router.table = routing.Table(at=float("inf"), by_model={"m": upstreams})
+
+        async def body(r, router=router):
+            seen = []
+            for _ in range(2 * n):
+                candidates = await router.candidates("m")
+                order, lease = await router.pick(r, "m", candidates, token_id=1)
+                seen.append(order[0].replica_id)
+                await router.done(r, lease)
+            return seen
+
+        seen = run(redis_url, body)
+        assert Counter(seen) == {up.replica_id: 2 for up in upstreams}, seen
+
+
 def test_a_shared_prefix_stays_on_one_replica_until_it_is_busier(redis_url, clean_redis):
     router = Router()
     upstreams = ups(3)
