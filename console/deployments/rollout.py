@@ -38,7 +38,7 @@ from datetime import timedelta
 
 import httpx
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -279,7 +279,7 @@ def _begin(dep: Deployment, ro: Rollout, old: Replica, latest: dict) -> None:
             return
         except scheduler.NoCapacity as exc:
             why = f"no free capacity for an extra replica: {exc}"
-        except _Lost:
+        except (_Lost, IntegrityError):  # another pass created the surge row first
             return
     try:
         with transaction.atomic():

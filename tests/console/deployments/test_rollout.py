@@ -421,3 +421,27 @@ def test_the_gateway_sends_the_canary_its_share():
     assert canary_share(ups, None, 5) == ups  # no canary: every replica
     only_new = [ups[1]]
     assert canary_share(only_new, (2, 10), 50) == only_new  # one generation left: it serves
+
+
+def test_two_passes_starting_the_same_surge_replica_is_a_lost_race_not_an_error(
+    actor, agent, fake_inspect, monkeypatch, caplog
+):
+    """The beat's pass and the one a settings change kicks both reach the surge step: the
+    second's insert of the surge row fails on (deployment, index); it steps aside (found by
+    bench/rolling_update.py, which logged an error with a traceback each time)."""
+    running(actor, agent, npus=8)
+    update(actor, max_model_len=2048)
+    real = rollout._start_surge
+
+    def other_pass_first(dep, ro, old, latest, word):
+        Replica.objects.create(deployment=dep, index=rollout.SURGE_INDEX)  # the other pass
+        return real(dep, ro, old, latest, word)
+
+    monkeypatch.setattr(rollout, "_start_surge", other_pass_first)
+    with caplog.at_level("ERROR"):
+        reconcile()
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+    assert Rollout.objects.get().step_new_id is None  # this pass claimed nothing
+    monkeypatch.setattr(rollout, "_start_surge", real)
+    reconcile()  # the next pass goes on as usual
+    assert Rollout.objects.get().step_mode == "surge"
