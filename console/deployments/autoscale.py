@@ -40,7 +40,6 @@ from console.deployments.models import (
     Autoscaler,
     Deployment,
     DesiredState,
-    Replica,
     ReplicaState,
     ScalingAction,
     ScalingEvent,
@@ -96,13 +95,16 @@ def run() -> dict[str, int]:
     return {"changed": changed}
 
 
-def measure(replicas: list[Replica], period_s: float, now: float) -> Load | None:
-    """The replicas' load over the last `period_s` seconds, or None when any of them lacks
-    samples covering most of it (not sustained: decide nothing)."""
+def measure(series: dict[int, list[dict]], period_s: float, now: float) -> Load | None:
+    """The load over the last `period_s` seconds of each replica's series (replica id ->
+    points, oldest first), or None when any of them lacks samples covering most of it (not
+    sustained: decide nothing)."""
+    if not series:
+        return None
     since = now - period_s
     waits, kvs, peaks_w, peaks_kv, samples = [], [], [0.0], [0.0], 0
-    for replica in replicas:
-        points = series_points(replica.pk, since)
+    for all_points in series.values():
+        points = [p for p in all_points if p["ts"] >= since]
         if len(points) < MIN_SAMPLES or points[-1]["ts"] - points[0]["ts"] < COVERAGE * period_s:
             return None
         w = [p.get("num_requests_waiting", 0.0) for p in points]
@@ -112,10 +114,8 @@ def measure(replicas: list[Replica], period_s: float, now: float) -> Load | None
         peaks_w.append(max(w))
         peaks_kv.append(max(kv))
         samples += len(points)
-    if not replicas:
-        return None
     return Load(
-        replicas=len(replicas),
+        replicas=len(series),
         waiting=sum(waits) / len(waits),
         kv=sum(kvs) / len(kvs),
         peak_waiting=max(peaks_w),
@@ -142,11 +142,13 @@ def evaluate(policy: Autoscaler, now: float | None = None) -> ScalingEvent | Non
     since_change = now - policy.changed_at.timestamp() if policy.changed_at else math.inf
     if since_change < policy.window_s:
         return _set_status(policy, "holding: settling after the last change")
-    load = measure(ready, policy.window_s, now)
+    longest = max(policy.window_s, policy.cooldown_s)  # each series read once for both
+    series = {r.pk: series_points(r.pk, now - longest) for r in ready}
+    load = measure(series, policy.window_s, now)
     if load is not None and _over(policy, load):
         return _scale_up(policy, dep, load)
     if dep.replicas > policy.min_replicas and since_change >= policy.cooldown_s:
-        quiet = measure(ready, policy.cooldown_s, now)
+        quiet = measure(series, policy.cooldown_s, now)
         if quiet is not None and _idle(policy, quiet):
             why = (
                 f"idle for {policy.cooldown_s}s: no waiting request, KV cache at most "
