@@ -57,7 +57,7 @@ from console.deployments.models import (
     RolloutState,
     engine_api_key,
 )
-from console.deployments.services import SPEC_FIELDS, transition_replica
+from console.deployments.services import SPEC_FIELDS, get_deployment, transition_replica
 from console.errors import Conflict
 from workers.contracts import EngineSpec
 
@@ -549,8 +549,6 @@ def _roll_back(dep: Deployment, ro: Rollout, why: str) -> bool:
 # --- the canary's decision (API and page) -------------------------------------------------
 def held_canary(name: str) -> tuple[Deployment, Rollout, Replica]:
     """The deployment's rollout paused at its canary, and the canary replica (409 if none)."""
-    from console.deployments.services import get_deployment
-
     dep = get_deployment(name)
     ro = dep.rollouts.filter(state=R.ROLLING).first()
     new = Replica.objects.filter(pk=ro.step_new_id).first() if ro else None
@@ -596,8 +594,6 @@ def roll_back_canary(*, actor: Actor, name: str) -> Rollout:
 
 def set_canary(*, actor: Actor, name: str, percent: int) -> Deployment:
     """The canary share the next rolling updates of the deployment pause at (0: none)."""
-    from console.deployments.services import get_deployment
-
     check_role(actor, Role.OPERATOR)
     dep = get_deployment(name)
     with transaction.atomic():
