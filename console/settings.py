@@ -247,4 +247,7 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.get_str("LOG_LEVEL", "INFO")},
+    # httpx logs every request it sends at INFO: one line per gateway request (and per
+    # rollout probe), a formatted write on the request path; their warnings still show
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
 }
