@@ -35,6 +35,7 @@ from starlette.routing import Route
 
 from . import usage
 from .auth import Principal, authenticate
+from .entry import admit_and_pick
 from .limits import Admission, Limiter, Refusal
 from .routing import Lease, Overloaded, Router, Upstream, affinity_key
 
@@ -142,22 +143,23 @@ async def count(
     limited: bool = False,
 ) -> None:
     """Count a request in the usage hash and end it: its admission (slots, tokens per
-    minute) and its lease (in flight on a replica)."""
+    minute) and its lease (in flight on a replica). One pipeline, one round trip."""
     prompt, completion = _tokens(body_usage)
-    if lease is not None:
-        await router.done(redis_client(), lease)
-    if admission is not None:
-        await limiter.release(redis_client(), admission, prompt + completion)
     fields = usage.fields_for(
         principal.token_id, model, ok=ok, prompt=prompt, completion=completion, limited=limited
     )
+    redis = redis_client()
     try:
-        pipe = redis_client().pipeline(transaction=False)
+        pipe = redis.pipeline(transaction=False)
+        if lease is not None:
+            await router.done_into(redis, pipe, lease)
+        if admission is not None:
+            limiter.release_into(pipe, admission, prompt + completion)
         for f, n in fields.items():
             pipe.hincrby(usage.KEY, f, n)
         await pipe.execute()
     except Exception as exc:  # counting must never break serving
-        log.warning("usage not counted: %s", exc)
+        log.warning("request not counted (usage, limits, in-flight): %s", exc)
 
 
 async def models(request: Request) -> Response:
@@ -233,34 +235,35 @@ async def forward(request: Request) -> Response:
             )
         return error(503, f"no replica of {model!r} is ready", "service_unavailable")
 
-    admission = await limiter.admit(redis_client(), principal.token_id, model)
-    if isinstance(admission, Refusal):
+    entered = await admit_and_pick(
+        redis_client(),
+        limiter,
+        router,
+        model,
+        upstreams,
+        token_id=principal.token_id,
+        affinity=affinity_key(request.headers, request.url.path, payload),
+    )
+    if isinstance(entered, Refusal):
         _background(count(principal, model, ok=False, body_usage=None, limited=True))
-        response = error(429, admission.message, admission.what, None, "rate_limit_exceeded")
-        response.headers["retry-after"] = str(admission.retry_after)
+        response = error(429, entered.message, entered.what, None, "rate_limit_exceeded")
+        response.headers["retry-after"] = str(entered.retry_after)
         return response
-    lease = None
-    try:
-        picked = await router.pick(
-            redis_client(),
-            model,
-            upstreams,
-            token_id=principal.token_id,
-            affinity=affinity_key(request.headers, request.url.path, payload),
-        )
-        if isinstance(picked, Overloaded):
-            _background(
-                count(
-                    principal,
-                    model,
-                    ok=False,
-                    body_usage=None,
-                    admission=admission,
-                    limited=picked.kind == "fair_share",
-                )
+    if isinstance(entered[1], Overloaded):
+        admission, why = entered
+        _background(
+            count(
+                principal,
+                model,
+                ok=False,
+                body_usage=None,
+                admission=admission,
+                limited=why.kind == "fair_share",
             )
-            return _overloaded(model, picked)
-        upstreams, lease = picked
+        )
+        return _overloaded(model, why)
+    admission, upstreams, lease = entered
+    try:
         return await _send(request, principal, model, payload, upstreams, admission, lease)
     except BaseException:
         _background(

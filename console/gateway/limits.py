@@ -119,6 +119,17 @@ class Admission:
         return any(lim.concurrent for lim in self.limits)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """One admission check, ready to run: the script's keys and arguments (entry.py runs it
+    in the same round trip as the replica pick)."""
+
+    admission: Admission
+    keys: list[str]
+    args: list[object]
+    now: float
+
+
 def _model_key(model: str) -> str:
     return hashlib.sha256(model.encode()).hexdigest()[:16]
 
@@ -185,14 +196,23 @@ class Limiter:
 
     def __init__(self) -> None:
         self.table = Table()
+        self._background = db.Background("reading the rate limits")
         self._scripts: dict[int, object] = {}
         self._warned = 0.0
 
     async def refresh(self, force: bool = False) -> Table:
-        if force or time.monotonic() - self.table.at > REFRESH_S:
-            version, rows = await db.read(_read_rows)
-            self.table = Table(time.monotonic(), rows, version)
+        """The table; read again before answering when `force`d or never read, in the
+        background when older than REFRESH_S (the admission script's version check makes a
+        stale table safe: it answers "stale" and the caller forces a read)."""
+        if force or self.table.rows is None:
+            await self._read()
+        elif time.monotonic() - self.table.at > REFRESH_S:
+            self._background.start(self._read)
         return self.table
+
+    async def _read(self) -> None:
+        version, rows = await db.read(_read_rows)
+        self.table = Table(time.monotonic(), rows, version)
 
     def forget(self) -> None:
         self.table = Table()
@@ -203,36 +223,57 @@ class Limiter:
             script = self._scripts[id(redis)] = redis.register_script(_ADMIT)
         return script
 
+    async def plan(self, token_id: int, model: str, *, force: bool = False) -> Plan | None:
+        """The admission check of a request, or None when none is needed (no limit exists
+        and the empty table is fresh). `force`: read the table again first (it was stale)."""
+        table = await self.refresh(force)
+        if not table.rows and time.monotonic() - table.at < EMPTY_TRUST_S:
+            return None
+        limits = table.binding(token_id, model)
+        admission = Admission(uuid.uuid4().hex, limits, time.monotonic())
+        now = time.time()
+        minute = int(now // 60)
+        keys: list[str] = [VERSION]
+        args: list[object] = [now, admission.request_id, now + LEASE_S, table.version]
+        for lim in limits:
+            keys += [f"{lim.key}:r:{minute}", f"{lim.key}:t:{minute}", f"{lim.key}:c"]
+            args += [lim.requests_per_minute, lim.tokens_per_minute, lim.concurrent]
+        return Plan(admission, keys, args, now)
+
+    @staticmethod
+    def outcome(plan: Plan, index, what) -> Admission | Refusal | None:
+        """What the script's answer means: admitted, refused, or None — the table is stale
+        (a limit changed since this process read it): plan again with `force`."""
+        index = int(index)
+        if index == -2:
+            return None
+        if index < 0:
+            return plan.admission
+        what = what.decode() if isinstance(what, bytes) else str(what)
+        retry = 1 if what == "concurrent" else max(1, math.ceil(60 - plan.now % 60))
+        return Refusal(plan.admission.limits[index], what, retry)
+
+    def unlimited(self, plan: Plan | None, exc: Exception) -> Admission:
+        """Redis failed the check: serving outranks limiting, the request goes in unlimited."""
+        self._warn(exc)
+        return Admission(plan.admission.request_id if plan else "", ())
+
     async def admit(self, redis, token_id: int, model: str) -> Admission | Refusal:
         """Let the request in, counting it in every limit that binds it, or refuse it."""
-        table = await self.refresh()
-        if not table.rows and time.monotonic() - table.at < EMPTY_TRUST_S:
-            return Admission("", ())
+        force = False
         for _ in range(2):
-            limits = table.binding(token_id, model)
-            admission = Admission(uuid.uuid4().hex, limits, time.monotonic())
-            now = time.time()
-            minute = int(now // 60)
-            keys: list[str] = [VERSION]
-            args: list[object] = [now, admission.request_id, now + LEASE_S, table.version]
-            for lim in limits:
-                keys += [f"{lim.key}:r:{minute}", f"{lim.key}:t:{minute}", f"{lim.key}:c"]
-                args += [lim.requests_per_minute, lim.tokens_per_minute, lim.concurrent]
+            plan = await self.plan(token_id, model, force=force)
+            if plan is None:
+                return Admission("", ())
             try:
-                index, what = await self._script(redis)(keys=keys, args=args)
-            except Exception as exc:  # serving outranks limiting
-                self._warn(exc)
-                return Admission(admission.request_id, ())
-            index = int(index)
-            if index == -2:  # a limit changed since this process read them
-                table = await self.refresh(force=True)
-                continue
-            if index < 0:
-                return admission
-            what = what.decode() if isinstance(what, bytes) else str(what)
-            retry = 1 if what == "concurrent" else max(1, math.ceil(60 - now % 60))
-            return Refusal(limits[index], what, retry)
-        return Admission(admission.request_id, ())  # changing under us twice: let it pass
+                index, what = await self._script(redis)(keys=plan.keys, args=plan.args)
+            except Exception as exc:
+                return self.unlimited(plan, exc)
+            result = self.outcome(plan, index, what)
+            if result is not None:
+                return result
+            force = True
+        return Admission(plan.admission.request_id, ())  # changing under us twice: let it pass
 
     async def renew(self, redis, admission: Admission) -> None:
         """Push the lease of a long request's slots forward (streams, every RENEW_S)."""
@@ -253,18 +294,23 @@ class Limiter:
         """Free the request's slots and add its tokens to this minute's counters."""
         if not admission.limits:
             return
-        minute = int(time.time() // 60)
         try:
             pipe = redis.pipeline(transaction=False)
-            for lim in admission.limits:
-                if lim.concurrent:
-                    pipe.zrem(f"{lim.key}:c", admission.request_id)
-                if lim.tokens_per_minute and tokens > 0:
-                    pipe.incrby(f"{lim.key}:t:{minute}", tokens)
-                    pipe.expire(f"{lim.key}:t:{minute}", 120)
+            self.release_into(pipe, admission, tokens)
             await pipe.execute()
         except Exception as exc:
             self._warn(exc)
+
+    @staticmethod
+    def release_into(pipe, admission: Admission, tokens: int) -> None:
+        """`release`'s commands, added to a pipeline the caller executes."""
+        minute = int(time.time() // 60)
+        for lim in admission.limits:
+            if lim.concurrent:
+                pipe.zrem(f"{lim.key}:c", admission.request_id)
+            if lim.tokens_per_minute and tokens > 0:
+                pipe.incrby(f"{lim.key}:t:{minute}", tokens)
+                pipe.expire(f"{lim.key}:t:{minute}", 120)
 
     def _warn(self, exc: Exception) -> None:
         if time.monotonic() - self._warned > 60:

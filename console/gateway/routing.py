@@ -20,7 +20,9 @@ starve the others: 429 `fair_share`), and when every replica holds SHED_FACTOR t
 capacity new requests are shed (503 with Retry-After) rather than queued without bound.
 
 The table of ready replicas is read once per REFRESH_S for all models (one query and one
-Redis MGET), never per request.
+Redis MGET), never per request, and off the request path: a request that finds the table
+stale is routed on it while one background task reads the next (a table older than STALE_S,
+or none yet, is waited for).
 
 Replicas on SIMULATED nodes (`make demo`) are never upstreams: their engines are simulated by
 the agent (workers/engine/simulated.py) and nothing listens on their ports, so a request is
@@ -46,6 +48,7 @@ from console.gateway import db
 log = logging.getLogger("console.gateway")
 
 REFRESH_S = 1.0
+STALE_S = 10.0  # a table older than this is not used while the next one is read
 LOAD_MAX = 1e9  # requests: more than any engine holds
 DOWN_S = 5.0  # a replica that refused a connection is tried last for this long
 # vLLM's max_num_seqs for the API server when a deployment sets none (vllm/engine/
@@ -169,7 +172,7 @@ def _read_table() -> Table:
 # ARGV: now, request id, lease deadline, token id, turn, affinity (1-based, 0: none), slack,
 #       shed factor, then per candidate: scraped load, capacity, down (1/0)
 # Returns {0, chosen (1-based), loads...} | {1, 0, loads...} shed | {2, share, loads...}
-_PICK = """
+PICK = """
 local now = tonumber(ARGV[1])
 local n = #KEYS - 2
 local own, active = KEYS[n + 1], KEYS[n + 2]
@@ -297,6 +300,18 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class PickPlan:
+    """One pick, ready to run: the upstreams in the script's order, the lease it fills in,
+    the script's keys and arguments, which upstreams this process holds down."""
+
+    ups: list[Upstream]
+    lease: Lease
+    keys: list[str]
+    args: list[object]
+    down: list[bool]
+
+
+@dataclass(frozen=True)
 class Overloaded:
     """No replica is picked: shed (every replica far past its capacity) or past this
     token's fair share while every replica is full."""
@@ -315,15 +330,26 @@ class Router:
         # shared counter twice and, with two replicas, always break ties the same way
         self._pick_rr = itertools.count()
         self._lock = asyncio.Lock()
+        self._background = db.Background("reading the routing table")
         self._scripts: dict[tuple[int, str], object] = {}
         self._warned = 0.0
 
     async def refresh(self, force: bool = False) -> Table:
-        if force or time.monotonic() - self.table.at > REFRESH_S:
-            async with self._lock:
-                if force or time.monotonic() - self.table.at > REFRESH_S:
-                    self.table = await db.read(_read_table)
+        """The table, read again when older than REFRESH_S: in the background while the
+        current one is younger than STALE_S, else (or when `force`d) before answering."""
+        age = time.monotonic() - self.table.at
+        if not force and age <= REFRESH_S:
+            return self.table
+        if not force and age <= STALE_S:
+            self._background.start(self._read)
+            return self.table
+        await self._read(force)
         return self.table
+
+    async def _read(self, force: bool = False) -> None:
+        async with self._lock:
+            if force or time.monotonic() - self.table.at > REFRESH_S:
+                self.table = await db.read(_read_table)
 
     async def candidates(self, model: str) -> list[Upstream]:
         """The ready upstreams of `model`, best first by what this process knows alone."""
@@ -343,7 +369,7 @@ class Router:
 
         return [up for _, up in sorted(enumerate(ups), key=key)]
 
-    def _script(self, redis, source: str):
+    def script(self, redis, source: str):
         key = (id(redis), source)
         script = self._scripts.get(key)
         if script is None:
@@ -361,6 +387,18 @@ class Router:
     ) -> tuple[list[Upstream], Lease] | Overloaded:
         """Order `ups` with the replica to try first at the head, counting the request in
         flight there for every console process; or say the model is overloaded."""
+        plan = self.plan(model, ups, token_id=token_id, affinity=affinity)
+        try:
+            reply = await self.script(redis, PICK)(keys=plan.keys, args=plan.args)
+        except Exception as exc:  # routing outranks sharing: fall back to this process alone
+            return await self.alone(plan, exc)
+        return self.outcome(plan, reply)
+
+    def plan(
+        self, model: str, ups: list[Upstream], *, token_id: int, affinity: str | None = None
+    ) -> PickPlan:
+        """The pick script's keys and arguments for one request (entry.py runs it in the
+        same round trip as the admission check)."""
         ups = sorted(ups, key=lambda up: up.replica_id)  # one order for every process
         now_m = time.monotonic()
         now = time.time()
@@ -378,29 +416,36 @@ class Router:
             AFFINITY_SLACK,
             SHED_FACTOR,
         ]
-        for up in ups:
-            down = self.down_until.get(up.replica_id, 0) > now_m
-            args += [up.scraped_load, up.capacity, int(down)]
-        try:
-            code, chosen, *loads = await self._script(redis, _PICK)(keys=keys, args=args)
-        except Exception as exc:  # routing outranks sharing: fall back to this process alone
-            self._warn(exc)
-            order = await self.candidates(model)
-            lease.replica_id, lease.shared = order[0].replica_id, False
-            self.inflight[lease.replica_id] += 1
-            return order, lease
+        down = [self.down_until.get(up.replica_id, 0) > now_m for up in ups]
+        for up, is_down in zip(ups, down, strict=True):
+            args += [up.scraped_load, up.capacity, int(is_down)]
+        return PickPlan(ups, lease, keys, args, down)
+
+    def outcome(self, plan: PickPlan, reply) -> tuple[list[Upstream], Lease] | Overloaded:
+        """What the pick script's answer means: the order to try, or overloaded."""
+        code, chosen, *loads = reply
         if int(code) == 1:
             return Overloaded("shed")
         if int(code) == 2:
             return Overloaded("fair_share", int(chosen))
-        first = ups[int(chosen) - 1]
+        ups, lease = plan.ups, plan.lease
+        first = int(chosen) - 1
         rest = sorted(
-            (i for i in range(len(ups)) if ups[i] is not first),
-            key=lambda i: (self.down_until.get(ups[i].replica_id, 0) > now_m, float(loads[i])),
+            (i for i in range(len(ups)) if i != first),
+            key=lambda i: (plan.down[i], float(loads[i])),
         )
-        lease.replica_id = first.replica_id
-        self.inflight[first.replica_id] += 1
-        return [first, *(ups[i] for i in rest)], lease
+        lease.replica_id = ups[first].replica_id
+        self.inflight[lease.replica_id] += 1
+        return [ups[first], *(ups[i] for i in rest)], lease
+
+    async def alone(self, plan: PickPlan, exc: Exception) -> tuple[list[Upstream], Lease]:
+        """Redis failed the pick: this process's own order and count."""
+        self._warn(exc)
+        order = await self.candidates(plan.lease.model)
+        lease = plan.lease
+        lease.replica_id, lease.shared = order[0].replica_id, False
+        self.inflight[lease.replica_id] += 1
+        return order, lease
 
     async def move(self, redis, lease: Lease, to: Upstream) -> None:
         """Count the request on `to` instead (failover to the next replica)."""
@@ -436,15 +481,24 @@ class Router:
 
     async def done(self, redis, lease: Lease) -> None:
         """The request ended: it is no longer in flight anywhere."""
+        try:
+            pipe = redis.pipeline(transaction=False)
+            await self.done_into(redis, pipe, lease)
+            await pipe.execute()
+        except Exception as exc:
+            self._warn(exc)
+
+    async def done_into(self, redis, pipe, lease: Lease) -> None:
+        """`done`, its Redis part added to a pipeline (of `redis`) the caller executes."""
         self._local_release(lease.replica_id)
         if not lease.shared:
             return
         mk = model_key(lease.model)
         keys = [INFLIGHT + str(lease.replica_id), f"{OWN}{mk}:{lease.token_id}", ACTIVE + mk]
-        try:
-            await self._script(redis, _DONE)(keys=keys, args=[lease.request_id, lease.token_id])
-        except Exception as exc:
-            self._warn(exc)
+        # queued, not sent: a script call on a pipeline waits for the pipeline's execute
+        await self.script(redis, _DONE)(
+            keys=keys, args=[lease.request_id, lease.token_id], client=pipe
+        )
 
     def _local_release(self, replica_id: int) -> None:
         self.inflight[replica_id] -= 1
