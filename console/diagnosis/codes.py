@@ -57,6 +57,9 @@ class Code(_Loose):
     meaning: str = Field(min_length=5, max_length=300)
     remedy: str = Field(min_length=5, max_length=400)
     source: str
+    # the code says only that something failed inside (ACLNN_ERR_INNER, a null pointer): the
+    # words on its line, or the error before it, say more — it ranks as a module's inner error
+    generic: bool = False
 
 
 class CodeClass(_Loose):
@@ -94,11 +97,14 @@ class CodeEntry:
     source_title: str
     source_url: str
     exact: bool = True
+    generic: bool = False
 
     @property
     def inner(self) -> bool:
-        """A module's internal-error code (xx9000-xx9999: "Inner Error!"): its words say less
-        than the message on its line."""
+        """A module's internal-error code (xx9000-xx9999: "Inner Error!") or a code the table
+        marks generic: its words say less than the message on its line."""
+        if self.generic:
+            return True
         return self.kind == "message" and self.code[2:].isdigit() and int(self.code[2:]) >= 9000
 
     def as_dict(self) -> dict:
@@ -194,7 +200,15 @@ def load(directory: Path = DATA) -> CodeBook:
             if key in codes:
                 raise RuleFileError(f"{name}: code {key} listed twice")
             codes[key] = CodeEntry(
-                key, kind, c.name, c.category, c.meaning, c.remedy, source.title, source.url
+                key,
+                kind,
+                c.name,
+                c.category,
+                c.meaning,
+                c.remedy,
+                source.title,
+                source.url,
+                generic=c.generic,
             )
         for cls in table.classes:
             source = sources[cls.source] if cls.source else first

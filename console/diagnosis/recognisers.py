@@ -37,11 +37,18 @@ EXCEPTION = (
 # ("conflicting dependencies"), and Chinese reporters' words (报错 "an error is reported",
 # 失败 "failed", 不匹配/不兼容/不支持 "does not match / incompatible / not supported") count too;
 # so do the linker's missing library ("ld: cannot find -lcuda") and a component "too old" for
-# the rest of the stack (PyTorch warns "The NVIDIA driver on your system is too old").
+# the rest of the stack (PyTorch warns "The NVIDIA driver on your system is too old"); so do an
+# upper-case OOM (Ray's memory monitor: "killed due to memory pressure (OOM)"), a kill by
+# SIGKILL (the shell's bare "Killed", "signal 9", torch elastic's "exitcode: -9": the OOM
+# killer's signature), a missing command, and pydantic's line for a refused value
+# ("  Value error, …", read as a setting by read_line).
 ERROR_LINE = (
-    r"(?:\bERROR\b|\[ERROR\]|\bFATAL\b|\bCRITICAL\b|\bE\d{4} |\b[EF]\d{3,4} \d\d:\d\d:\d\d|"
+    r"(?:\bERROR\b|\[ERROR\]|\bFATAL\b|\bCRITICAL\b|\bOOM\b|^\s*Value error, |^\s*Killed\s*$|"
+    r"\bE\d{4} |"
+    r"\b[EF]\d{3,4} \d\d:\d\d:\d\d|"
     r"\b[EW][0-9A-Z]\d{4}[:\[]|报错|错误|失败|不匹配|不兼容|不支持|"
-    r"(?i:\bfailed\b|\bfailure\b|error:|\berror code\b|\bexception\b|errorstr|"
+    r"(?i:\bfailed\b|\bfailure\b|error:|\berror code\b|\bexception\b|errorstr|\bsigkill\b|"
+    r"signal 9\b|exitcode: -9\b|command not found|"
     r"does not match|mismatch|cannot open shared object|error while loading shared libraries|"
     r"undefined symbol|no module named|cannot import name|conflict|incompatible|"
     r"not (?:currently |yet )?supported|unsupported|does not support|can ?not be found|"
@@ -102,6 +109,13 @@ def vocabulary() -> tuple[Word, ...]:
 
 
 _exception = compile_linear(EXCEPTION)
+# pydantic's wording under "N validation error(s) for X": "  Value error, <message> [type=…"
+_value_error = compile_linear(r"^\s*Value error, ")
+SETTING = "bad-setting"  # the vocabulary entry of a rejected setting
+
+
+def _entry(entry_id: str) -> Entry:
+    return next(w.entry for w in vocabulary() if w.entry.id == entry_id)
 
 
 def read_line(line: str, *, error_line: bool) -> Recognised | None:
@@ -111,6 +125,12 @@ def read_line(line: str, *, error_line: bool) -> Recognised | None:
     if m:
         cls, message = m.group(1).rsplit(".", 1)[-1], (m.group(2) or "").strip()
         return Recognised(classify(cls, message), m.group(1), message)
+    if _value_error.search(line):
+        # pydantic's line for a value its model refused: vLLM's configs (VllmConfig,
+        # ModelConfig, …) are pydantic dataclasses, so this is a rejected setting unless its
+        # words name something more specific (the KV cache, a model file)
+        entry = classify(None, line) or _entry(SETTING)
+        return Recognised(entry, None, line.strip())
     if error_line:
         entry = classify(None, line)
         if entry is not None:

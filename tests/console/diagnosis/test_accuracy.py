@@ -10,9 +10,11 @@ from tests.console.diagnosis.expected import EXPECTED
 from tests.console.diagnosis.samples import ASCEND
 
 # Floors pinned at what the rules reach (docs/diagnosis.md has the figures); the goal is 90 %.
+# Round 6 (50 harder logs) lowered both ratios; on the 362 logs before it the rules went from
+# dev 253/267, test 99/131 to dev 253/267, test 101/131: no regression behind the lower floors.
 FIXTURES_FLOOR = 0.9
-DEV_FLOOR = 0.945
-TEST_FLOOR = 0.755
+DEV_FLOOR = 0.93  # 273/293
+TEST_FLOOR = 0.74  # 115/155
 
 
 def test_every_ascend_error_sample_has_an_expected_category():

@@ -38,11 +38,54 @@ def test_the_tables_are_complete_and_every_entry_has_a_source_and_a_known_catego
         ("-8005", "npu-init-failure", True),  # DCMI could not open the devices (round 4)
         ("EI0999", "hccl-failure", False),  # unknown code of a known module: the module's
         ("107999", "config-invalid", False),  # unknown runtime code: its class's
+        # aclnn status codes (hicann/ops-nn aclnn返回码.md)
+        ("561003", "driver-missing", True),  # no kernel found: the ops package is missing
+        ("561112", "driver-missing", True),
+        ("561104", "version-mismatch", True),  # attributes differ from the kernel library's
+        ("561103", "op-exception", True),
+        ("561199", "op-exception", False),  # unknown aclnn internal code: its class's
+        ("107002", "npu-init-failure", True),  # no context: the device was never set up
     ],
 )
 def test_lookup(code, category, exact):
     entry = codes.codebook().lookup(code)
     assert entry is not None and entry.category == category and entry.exact is exact
+
+
+def test_a_generic_aclnn_code_gives_way_to_the_words_on_its_line():
+    """561103 (a null pointer inside an operator) says less than the EZ9999 line before it."""
+    text = (
+        "EZ9999: 2024-07-27-05:01:55.672.958  get unsupported atten_mask shape, the shape is "
+        "[2, 1, 28800, 28800][FUNC:AnalyzeOptionalInput]\n"
+        "launch failed for FlashAttentionScore, errno:561103.\n"
+    )
+    found = diagnose(text)
+    assert found[0].category == "op-unsupported"
+    assert any(d.rule == "code:561103" and d.confidence == "low" for d in found)
+
+
+def test_a_pydantic_value_error_is_a_rejected_setting_unless_its_words_say_more():
+    refused = diagnose(
+        "  Value error, Ascend scheduler is enabled without chunked prefill feature. Argument "
+        "max_num_batched_tokens (4096) is smaller than max_model_len (32768). [type=value_error]"
+    )
+    assert refused and refused[0].category == "config-invalid"
+    cache = diagnose("  Value error, No available memory for the cache blocks. [type=value_error]")
+    assert cache and cache[0].category == "kv-cache-insufficient"
+    assert diagnose("the value error, said nobody") == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Killed",
+        "(raylet) 2 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed",
+        "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.",
+    ],
+)
+def test_a_kill_by_the_oom_killer_is_host_memory(line):
+    found = diagnose(line)
+    assert found and found[0].category == "host-oom"
 
 
 def test_lookup_of_nothing_known():
@@ -160,13 +203,9 @@ def test_an_exception_is_read_after_full_width_punctuation_or_cjk_text():
             "will raise `No such file or directory` error.",
             "driver-missing",
         ),
-        # round 4 (development logs): c10's own error level, the loader's and pip's wordings,
-        # a retyped exception class, torch_npu's CPU-fallback warning, Chinese failure words
-        (
-            "[E331 20:50:12.688969421 socket.cpp:1011] [c10d] The client socket has timed out "
-            "after 1800000ms while trying to connect to (10.123.x.x, 38321)",
-            "hccl-failure",
-        ),
+        # round 4 (development logs): the loader's and pip's wordings, a retyped exception
+        # class, torch_npu's CPU-fallback warning, Chinese failure words (its c10d socket
+        # timeout line is now a sample of the c10d-socket-timeout rule)
         ("torch-npu==2.7.1导入时报错undefined symbol: MsprofSysCycleTime", "version-mismatch"),
         ("报错信息显示与vllm版本不匹配", "version-mismatch"),
         (
