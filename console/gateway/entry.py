@@ -8,7 +8,7 @@ the two the request path made before it was sent (docs/gateway.md).
 
 from __future__ import annotations
 
-from .limits import _ADMIT, Admission, Limiter, Refusal
+from .limits import ADMIT, Admission, Limiter, Refusal
 from .routing import PICK, Lease, Overloaded, Router, Upstream
 
 # KEYS: the admission's keys, then the pick's. ARGV: the number of admission keys, of
@@ -17,7 +17,7 @@ from .routing import PICK, Lease, Overloaded, Router, Upstream
 # else {-1, '', the pick's reply...}.
 ADMIT_AND_PICK = f"""
 local function admit(KEYS, ARGV)
-{_ADMIT}
+{ADMIT}
 end
 local function pick(KEYS, ARGV)
 {PICK}

@@ -44,7 +44,7 @@ KEY = "npc:gw:lim:"
 # ARGV: now (s), request id, lease deadline (s), the version this process holds, then per
 # limit: rpm, tpm, concurrent (0 = off). Returns {-2, version} when the process's table is
 # stale (a limit changed since it was read), {-1, ''} when admitted, {i, what} when refused.
-_ADMIT = """
+ADMIT = """
 local version = redis.call('GET', KEYS[1]) or '0'
 if version ~= ARGV[4] then
   return {-2, version}
@@ -220,7 +220,7 @@ class Limiter:
     def _script(self, redis):
         script = self._scripts.get(id(redis))
         if script is None:
-            script = self._scripts[id(redis)] = redis.register_script(_ADMIT)
+            script = self._scripts[id(redis)] = redis.register_script(ADMIT)
         return script
 
     async def plan(self, token_id: int, model: str, *, force: bool = False) -> Plan | None:

@@ -136,7 +136,7 @@ def test_without_redis_it_serves_unlimited_on_this_process_alone(caplog):
 
 def test_the_combined_script_wraps_the_two_scripts_unchanged():
     """The combined path must decide what the two scripts decide: it runs their very text."""
-    assert limits._ADMIT in entry.ADMIT_AND_PICK and routing.PICK in entry.ADMIT_AND_PICK
+    assert limits.ADMIT in entry.ADMIT_AND_PICK and routing.PICK in entry.ADMIT_AND_PICK
 
 
 def test_a_stale_routing_table_is_read_again_in_the_background(monkeypatch, transactional_db):
