@@ -45,6 +45,13 @@ log = logging.getLogger("console.gateway")
 # The client's own Authorization (its console token) is never forwarded: only these headers
 # are, and each upstream request carries the replica's engine key instead (_upstream_headers).
 MAX_BODY = 8 * 1024 * 1024
+# What a replica may send back (its host may be compromised: it must harm only its own model's
+# users, never the console): a whole answer is read into memory only up to MAX_ANSWER (an
+# embeddings answer of a large batch is tens of MB), one server-sent event only up to
+# MAX_EVENT; over either the request ends as a failure of that replica (502, or the stream
+# cut). Answers are never decompressed: the engine is asked for identity encoding.
+MAX_ANSWER = 256 * 1024 * 1024
+MAX_EVENT = 4 * 1024 * 1024
 MAX_TRIES = 3
 RETRY_STATUS = {502, 503}
 # no total: a stream lasts as long as it generates; a connect over 3 s tries the next replica
@@ -79,6 +86,7 @@ def client() -> aiohttp.ClientSession:
             timeout=TIMEOUT,
             connector=aiohttp.TCPConnector(limit=1000, limit_per_host=0),
             trust_env=False,
+            auto_decompress=False,
         )
     return c
 
@@ -326,6 +334,7 @@ async def _send(
     body = orjson.dumps(payload)
     headers = {k: v for k in FORWARD_HEADERS if (v := request.headers.get(k))}
     headers["content-type"] = "application/json"
+    headers["accept-encoding"] = "identity"
 
     tried: list[str] = []
     for n, up in enumerate(upstreams[:MAX_TRIES]):
@@ -355,10 +364,19 @@ async def _send(
     ctype = upstream.headers.get("content-type", "application/json")
     if not ctype.startswith("text/event-stream"):
         try:
-            data = await upstream.read()
+            data = await _read_capped(upstream)
         except BaseException:
             upstream.close()  # half read: the connection cannot be reused
             raise
+        if data is None:
+            upstream.close()
+            log.warning("replica %s answered over %d bytes: cut off", up.name, MAX_ANSWER)
+            _background(
+                count(principal, model, ok=False, body_usage=None, admission=admission, lease=lease)
+            )
+            return error(
+                502, f"the replica's answer is over {MAX_ANSWER} bytes", "service_unavailable"
+            )
         upstream.release()
         body_usage = None
         if upstream.status == 200:
@@ -398,6 +416,23 @@ async def _send(
     )
 
 
+async def _read_capped(upstream: aiohttp.ClientResponse) -> bytes | None:
+    """The whole answer, or None when it is (or says it will be) over MAX_ANSWER bytes."""
+    if (upstream.content_length or 0) > MAX_ANSWER:
+        return None
+    parts, size = [], 0
+    async for chunk in upstream.content.iter_any():
+        size += len(chunk)
+        if size > MAX_ANSWER:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+class _EventTooLong(Exception):
+    pass
+
+
 def _upstream_headers(headers: dict[str, str], up: Upstream) -> dict[str, str]:
     """The forwarded headers plus the replica's engine key (vLLM refuses /v1 without it)."""
     return {**headers, "authorization": f"Bearer {up.api_key}"} if up.api_key else headers
@@ -415,14 +450,17 @@ async def _relay(
     """Relay server-sent events as they arrive; count the usage chunk; close upstream on exit
     (end of stream, client disconnect or cancellation alike: closing an unfinished answer's
     connection is what makes vLLM abort the request)."""
-    buf = b""
+    buf = bytearray()
     body_usage = None
     ok = upstream.status < 400
     try:
         async for chunk in upstream.content.iter_any():
+            start = max(0, len(buf) - 1)  # a "\n\n" can only end in what just came
             buf += chunk
-            while (end := buf.find(b"\n\n")) >= 0:
-                event, buf = buf[: end + 2], buf[end + 2 :]
+            while (end := buf.find(b"\n\n", start)) >= 0:
+                event = bytes(buf[: end + 2])
+                del buf[: end + 2]
+                start = 0
                 if b'"usage"' in event:
                     try:
                         data = orjson.loads(event.removeprefix(b"data: ").strip())
@@ -432,13 +470,18 @@ async def _relay(
                     except (ValueError, AttributeError):
                         pass
                 yield event
+            if len(buf) > MAX_EVENT:
+                raise _EventTooLong
             await limiter.renew(redis_client(), admission)
             await router.renew(redis_client(), lease)
         if buf:
-            yield buf
+            yield bytes(buf)
     except (aiohttp.ClientError, TimeoutError) as exc:  # the replica died mid-stream
         ok = False
         log.warning("replica %s broke off a stream: %s", up.name, exc)
+    except _EventTooLong:
+        ok = False
+        log.warning("replica %s sent an event over %d bytes: stream cut", up.name, MAX_EVENT)
     finally:
         if upstream.content.at_eof():
             upstream.release()  # the whole answer was read: the connection is kept
