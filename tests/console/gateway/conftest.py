@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 
 from console.hot import get_redis
 
@@ -17,3 +21,12 @@ def clean_redis(redis_url):
     yield r
     for key in r.scan_iter("npc:gw:*"):
         r.delete(key)
+
+
+@pytest.fixture
+def gateway_db_thread(transactional_db):
+    """The database for tests that run the gateway's ORM reads in this process: they run in
+    asgiref's shared executor thread, whose connection would outlive the test (and keep
+    PostgreSQL from dropping the test database at the end); closed after the test."""
+    yield
+    asyncio.run(sync_to_async(connections.close_all)())

@@ -30,7 +30,7 @@ def _drop_gateway_connection() -> None:
         asyncio.run(sync_to_async(lambda: connection.connection.close())())
 
 
-def test_a_dropped_connection_is_replaced_before_the_next_read(transactional_db, redis_url):
+def test_a_dropped_connection_is_replaced_before_the_next_read(gateway_db_thread, redis_url):
     user = make_user("gw-db", "viewer")
     _, raw = create_token(actor=Actor(user=user, name=user.username), name="gw")
     headers = {"Authorization": f"Bearer {raw}"}

@@ -9,7 +9,6 @@ import asyncio
 import time
 from collections import Counter
 
-import pytest
 from redis import asyncio as aioredis
 
 from console.gateway import auth, entry, limits, routing
@@ -77,7 +76,7 @@ def test_a_concurrency_slot_and_the_in_flight_count_end_together(redis_url, clea
     assert clean_redis.zcard(routing.INFLIGHT + "100") == 1  # the third, alone
 
 
-def test_a_changed_limit_binds_the_next_request(redis_url, clean_redis, transactional_db):
+def test_a_changed_limit_binds_the_next_request(redis_url, clean_redis, gateway_db_thread):
     """This process holds an old table (version 0, no limit); a limit set elsewhere bumped
     the version: the script says stale, the table is read again, the new limit binds."""
     from console.accounts.services import Actor
@@ -139,7 +138,7 @@ def test_the_combined_script_wraps_the_two_scripts_unchanged():
     assert limits.ADMIT in entry.ADMIT_AND_PICK and routing.PICK in entry.ADMIT_AND_PICK
 
 
-def test_a_stale_routing_table_is_read_again_in_the_background(monkeypatch, transactional_db):
+def test_a_stale_routing_table_is_read_again_in_the_background(monkeypatch, gateway_db_thread):
     """A request that finds the table stale is routed on it at once; one background read
     brings the next; past STALE_S the request waits for the read."""
     reads = []
@@ -175,8 +174,9 @@ def test_a_stale_routing_table_is_read_again_in_the_background(monkeypatch, tran
     assert len(waited.by_model["m"]) == 3 and len(reads) == 2  # the second read, waited for
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_steady_client_never_waits_and_a_revoked_token_stops_within_cache_s(monkeypatch):
+def test_a_steady_client_never_waits_and_a_revoked_token_stops_within_cache_s(
+    monkeypatch, gateway_db_thread
+):
     from console.accounts.models import ApiToken
     from console.accounts.services import Actor, create_token
     from tests.helpers import make_user

@@ -136,7 +136,7 @@ def test_tokens_per_minute_count_what_answers_used(redis_url, clean_redis):
     asyncio.run(scenario())
 
 
-def test_a_stale_table_is_read_again_before_admitting(redis_url, clean_redis, transactional_db):
+def test_a_stale_table_is_read_again_before_admitting(redis_url, clean_redis, gateway_db_thread):
     """A limit set in one process binds the next request in every other, not REFRESH_S later;
     with no limit at all, requests cost no Redis round trip and the first limit binds within
     EMPTY_TRUST_S."""
