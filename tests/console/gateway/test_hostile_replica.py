@@ -5,6 +5,7 @@ nothing it reads is decompressed."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -60,32 +61,37 @@ class HostileEngine:
         self.sock.close()
 
 
-def test_an_answer_over_the_cap_is_a_502_and_the_console_serves_on(console_web):
-    alice = make_user("alice", "viewer")
-    _, raw = token_for(alice)
-    huge = (
-        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-        + f"content-length: {gateway_app.MAX_ANSWER + 1}\r\n\r\n".encode()
-    )
-    hostile = HostileEngine(huge, trickle=b"x" * 65536)
+@contextlib.contextmanager
+def evil_beside_good(console_web, answer: bytes, trickle: bytes = b""):
+    """A hostile replica serving evil-model and a well-behaved one serving good-model; yields
+    a viewer's token. On leaving, good-model must answer at once: the console serves on."""
+    _, raw = token_for(make_user("alice", "viewer"))
+    hostile = HostileEngine(answer, trickle)
     try:
         with FakeEngine(name="good") as good:
             deploy("evil", "evil-model", [hostile.port])
             deploy("good", "good-model", [good.port])
-            started = time.monotonic()
-            resp = call(console_web, raw, "/v1/completions", {"model": "evil-model", "prompt": "x"})
-            assert resp.status_code == 502, resp.text
-            assert "over" in resp.json()["error"]["message"]
-            assert time.monotonic() - started < 5  # refused on its header, not read to the cap
+            yield raw
             ok = call(console_web, raw, "/v1/completions", {"model": "good-model", "prompt": "x"})
             assert ok.status_code == 200
     finally:
         hostile.close()
 
 
+def test_an_answer_over_the_cap_is_a_502_and_the_console_serves_on(console_web):
+    huge = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        + f"content-length: {gateway_app.MAX_ANSWER + 1}\r\n\r\n".encode()
+    )
+    with evil_beside_good(console_web, huge, trickle=b"x" * 65536) as raw:
+        started = time.monotonic()
+        resp = call(console_web, raw, "/v1/completions", {"model": "evil-model", "prompt": "x"})
+        assert resp.status_code == 502, resp.text
+        assert "over" in resp.json()["error"]["message"]
+        assert time.monotonic() - started < 5  # refused on its header, not read to the cap
+
+
 def test_an_endless_event_is_cut_and_the_console_serves_on(console_web):
-    alice = make_user("alice", "viewer")
-    _, raw = token_for(alice)
     head = (
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
     )
@@ -93,29 +99,16 @@ def test_an_endless_event_is_cut_and_the_console_serves_on(console_web):
     answer = head + f"{len(first):x}\r\n".encode() + first + b"\r\n"
     piece = b"y" * 4096  # an event that never ends: no blank line, ever
     trickle = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
-    hostile = HostileEngine(answer, trickle=trickle)
-    try:
-        with FakeEngine(name="good") as good:
-            deploy("evil", "evil-model", [hostile.port])
-            deploy("good", "good-model", [good.port])
-            body = {"model": "evil-model", "prompt": "x", "stream": True}
-            started = time.monotonic()
-            with httpx.stream(
-                "POST",
-                console_web.url + "/v1/completions",
-                json=body,
-                headers={"Authorization": f"Bearer {raw}"},
-                timeout=30,
-            ) as s:
-                received = b"".join(s.iter_raw())
-            took = time.monotonic() - started
-            assert received.startswith(first)  # what was whole was relayed
-            assert len(received) < gateway_app.MAX_EVENT  # the endless rest was not
-            assert took < 15, took
-            ok = call(console_web, raw, "/v1/completions", {"model": "good-model", "prompt": "x"})
-            assert ok.status_code == 200
-    finally:
-        hostile.close()
+    with evil_beside_good(console_web, answer, trickle) as raw:
+        started = time.monotonic()
+        auth = {"Authorization": f"Bearer {raw}"}
+        body = {"model": "evil-model", "prompt": "x", "stream": True}
+        url = console_web.url + "/v1/completions"
+        with httpx.stream("POST", url, json=body, headers=auth, timeout=30) as s:
+            received = b"".join(s.iter_raw())
+        assert received.startswith(first)  # what was whole was relayed
+        assert len(received) < gateway_app.MAX_EVENT  # the endless rest was not
+        assert time.monotonic() - started < 15
 
 
 def test_a_compressed_answer_is_relayed_as_bytes_never_inflated(console_web):
