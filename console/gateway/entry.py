@@ -54,10 +54,11 @@ async def admit_and_pick(
     """Admit the request and pick its replica: a Refusal (nothing counted), or its admission
     with the model overloaded (the admission is counted: the caller ends it), or its
     admission, the upstreams in the order to try and its lease."""
+    # one pick plan for both tries: a "stale" answer ran no part of the pick
+    pick = router.plan(model, upstreams, token_id=token_id, affinity=affinity)
     force = False
     for _ in range(2):
         plan = await limiter.plan(token_id, model, force=force)
-        pick = router.plan(model, upstreams, token_id=token_id, affinity=affinity)
         keys = plan.keys if plan else []
         args = plan.args if plan else []
         try:
