@@ -7,7 +7,9 @@ kinds of knowledge answer, best first:
 2. the published Ascend codes (codes.py: aclError, CANN error-message codes, DCMI) — "medium"
    for a code in the tables, "low" for one known only by its class or module;
 3. the vocabulary of failures (recognisers.py): the exception a traceback ends with, the words
-   of an ERROR line — "medium" for an exception, "low" for an error line.
+   of an ERROR line — "medium" for an exception, "low" for an error line;
+4. only when 1-3 found nothing but symptoms: the closest known failure by the words of the
+   log's failure lines (wording.py, a model counted from the corpus's development logs) — "low".
 
 Ranking puts the root cause first: a symptom (a rule whose `consequence_of` names another
 category that fired, the engine-crash category, a generic exception) never outranks a cause
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from console.diagnosis import codes as codebook_mod
-from console.diagnosis import recognisers
+from console.diagnosis import recognisers, wording
 from console.diagnosis.rulebook import (
     ANY_OTHER,
     HEALTH_VALUES,
@@ -147,6 +149,7 @@ class _Found:
     rules: dict[int, _Hits] = field(default_factory=dict)
     codes: dict[str, tuple[codebook_mod.CodeEntry, _Hits]] = field(default_factory=dict)
     words: dict[str, tuple[recognisers.Recognised, _Hits, str]] = field(default_factory=dict)
+    failure_lines: list[tuple[int, str]] = field(default_factory=list)  # for wording.closest
 
 
 _RECOGNISERS = {
@@ -155,6 +158,7 @@ _RECOGNISERS = {
     "dcmi-code": codebook_mod.DCMI_CODE.pattern,
     "exception": recognisers.EXCEPTION,
     "error-line": recognisers.ERROR_LINE,
+    "failure-words": wording.FAILURE_WORDS,
 }
 
 
@@ -182,6 +186,12 @@ def _scan(text: str, book: RuleBook, deadline: float | None) -> _Found:
         kinds = others.match(line)
         if not kinds:
             continue
+        if (
+            "failure-words" in kinds
+            and len(found.failure_lines) < wording.MAX_LINES
+            and wording.is_failure_line(line, has_words=True)
+        ):
+            found.failure_lines.append((number, line))
         if "message-code" in kinds or "acl-code" in kinds or "dcmi-code" in kinds:
             for entry in codebook_mod.find_codes(line, codes):
                 _add_code(found, entry, number, line)
@@ -298,6 +308,10 @@ def diagnose(
     if ranked and all(d.symptom for d in ranked):
         top = ranked[0]
         ranked[0] = Diagnosis(**{**top.__dict__, "collect_next": COLLECT_NEXT})
+    if all(d.symptom for d in ranked):
+        guess = wording.closest(scanned.failure_lines, symptom=SYMPTOM_CATEGORY)
+        if guess is not None:
+            ranked.insert(0, _from_wording(guess))
     return ranked
 
 
@@ -413,4 +427,28 @@ def _from_reading(reading: recognisers.Recognised, hit: _Hits, key: str) -> Diag
         priority=45 if reading.exception else 25,
         confidence="medium" if reading.exception else "low",
         symptom=entry.category == SYMPTOM_CATEGORY,
+    )
+
+
+def _from_wording(guess: wording.Closest) -> Diagnosis:
+    hit = _Hits(0)
+    for number, text in guess.evidence:
+        hit.add(number, text)
+    return _answer(
+        hit,
+        rule=f"wording:{guess.category}",
+        category=guess.category,
+        title=(
+            f"Reads most like a {guess.category} failure — a guess by wording: no rule, code or "
+            "known wording matched"
+        ),
+        remedy=wording.remedy(guess.category),
+        explanation=(
+            "No rule, published code or known wording named a cause. The words of this log's "
+            f"failure lines are closest to those of the {guess.category} failures in the "
+            f"console's corpus of real logs (e^{guess.lead:.1f} times likelier than the next, "
+            f"{guess.runner_up}); check the lines shown before acting on it."
+        ),
+        priority=10,
+        confidence="low",
     )
