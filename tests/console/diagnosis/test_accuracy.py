@@ -13,8 +13,8 @@ from tests.console.diagnosis.samples import ASCEND
 # Round 6 (50 harder logs) lowered both ratios; on the 362 logs before it the rules went from
 # dev 253/267, test 99/131 to dev 253/267, test 101/131: no regression behind the lower floors.
 FIXTURES_FLOOR = 0.9
-DEV_FLOOR = 0.93  # 273/293
-TEST_FLOOR = 0.74  # 115/155
+DEV_FLOOR = 0.95  # 303/318 (the wording model counted these logs: see docs)
+TEST_FLOOR = 0.76  # 131/172
 
 
 def test_every_ascend_error_sample_has_an_expected_category():
