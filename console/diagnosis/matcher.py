@@ -150,6 +150,7 @@ class _Found:
     codes: dict[str, tuple[codebook_mod.CodeEntry, _Hits]] = field(default_factory=dict)
     words: dict[str, tuple[recognisers.Recognised, _Hits, str]] = field(default_factory=dict)
     failure_lines: list[tuple[int, str]] = field(default_factory=list)  # for wording.closest
+    failure_chars: int = 0
 
 
 _RECOGNISERS = {
@@ -188,10 +189,11 @@ def _scan(text: str, book: RuleBook, deadline: float | None) -> _Found:
             continue
         if (
             "failure-words" in kinds
-            and len(found.failure_lines) < wording.MAX_LINES
+            and found.failure_chars < wording.MAX_CHARS
             and wording.is_failure_line(line, has_words=True)
         ):
             found.failure_lines.append((number, line))
+            found.failure_chars += len(line)
         if "message-code" in kinds or "acl-code" in kinds or "dcmi-code" in kinds:
             for entry in codebook_mod.find_codes(line, codes):
                 _add_code(found, entry, number, line)

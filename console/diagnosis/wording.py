@@ -16,7 +16,7 @@ likelihood ratio) and (4) that category is not the symptom itself. Its answer ha
 Measured on logs it never saw in docs/diagnosis.md ("Round 7").
 
 Linear time: the failure-word test rides in the matcher's one RE2 pass; tokens are found by an
-RE2 regex in lines already cut to MAX_LINE_CHARS; at most MAX_LINES failure lines are kept.
+RE2 regex in lines already cut to MAX_LINE_CHARS; at most MAX_CHARS of failure lines are read.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ MODEL_FILE = Path(__file__).resolve().parent / "data" / "wording-model.json"
 MARGIN = 3.0  # log-likelihood lead over the runner-up needed to answer (e^3 ≈ 20 : 1)
 ALPHA = 0.5  # additive smoothing of the word counts
 MIN_LOGS = 2  # a word counts only if at least this many development logs use it
-MAX_LINES = 2000  # failure lines kept per log (the first ones: a log's cause comes early)
+MAX_CHARS = 256 * 1024  # failure-line text read per log (the first: a log's cause comes early)
 EVIDENCE_LINES = 3
 
 # A failure line: one of these words anywhere in it (case-insensitive) and no INFO / DEBUG level
@@ -78,6 +78,17 @@ def tokens(line: str) -> set[str]:
         else:
             out.add(word.lower())
     return out
+
+
+def take(lines: Iterable[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The failure lines the guess reads: the first ones, up to MAX_CHARS of text in all."""
+    kept, size = [], 0
+    for number, line in lines:
+        if size >= MAX_CHARS:
+            break
+        kept.append((number, line))
+        size += len(line)
+    return kept
 
 
 def log_tokens(lines: Iterable[str]) -> set[str]:
@@ -169,7 +180,7 @@ def closest(
     if not any(_STRONG.search(text) for _, text in lines):
         return None  # no failure lines, or only warnings
     using = using or model()
-    per_line = [(number, text, tokens(text)) for number, text in lines[:MAX_LINES]]
+    per_line = [(number, text, tokens(text)) for number, text in take(lines)]
     ranked = using.scores(set().union(*(words for _, _, words in per_line)))
     (best, top), (runner_up, second) = ranked[0], ranked[1]
     if best == symptom or top - second < MARGIN:

@@ -18,8 +18,8 @@ from tests.console.diagnosis.corpus import Log, all_logs
 
 def failure_words(text: str) -> set[str]:
     """The words the matcher hands the model for this log: those of its failure lines."""
-    lines = [line for _, line in pieces(text) if wording.is_failure_line(line)]
-    return wording.log_tokens(lines[: wording.MAX_LINES])
+    lines = wording.take((n, line) for n, line in pieces(text) if wording.is_failure_line(line))
+    return wording.log_tokens(line for _, line in lines)
 
 
 def development_logs() -> list[Log]:
