@@ -12,9 +12,11 @@ from tests.console.diagnosis.samples import ASCEND
 # Floors pinned at what the rules reach (docs/diagnosis.md has the figures); the goal is 90 %.
 # Round 6 (50 harder logs) lowered both ratios; on the 362 logs before it the rules went from
 # dev 253/267, test 99/131 to dev 253/267, test 101/131: no regression behind the lower floors.
+# Rounds 7-8 (72 logs) did the same to the development ratio: the 293 logs before them went
+# from 273 to 280 (the guess by wording, which counted them).
 FIXTURES_FLOOR = 0.9
-DEV_FLOOR = 0.95  # 303/318 (the wording model counted these logs: see docs)
-TEST_FLOOR = 0.76  # 131/172
+DEV_FLOOR = 0.93  # 318/340 (the wording model counted these logs: see docs)
+TEST_FLOOR = 0.76  # 137/180
 
 
 def test_every_ascend_error_sample_has_an_expected_category():

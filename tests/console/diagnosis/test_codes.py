@@ -64,6 +64,20 @@ def test_a_generic_aclnn_code_gives_way_to_the_words_on_its_line():
     assert any(d.rule == "code:561103" and d.confidence == "low" for d in found)
 
 
+def test_ee1001_says_only_that_an_argument_was_refused_its_reason_says_what():
+    """EE1001 is the runtime's fallback code; the reason after it names the failure."""
+    text = (  # tests/fixtures/corpus/logs/lmdeploy-2585-docker-no-device-context-null.log
+        "[ERROR] RUNTIME(1,python3.10):2024-10-14-07:24:13.025.050 [error_message_manage.cc:48]1 "
+        "FuncErrorReason:report error module_name=EE1001\n"
+        "[ERROR] RUNTIME(1,python3.10):2024-10-14-07:24:13.025.157 [error_message_manage.cc:48]1 "
+        "FuncErrorReason:rtGetDevMsg execute failed, reason=[context pointer null]\n"
+    )
+    found = diagnose(text)
+    assert found[0].category == "npu-init-failure"
+    assert any(d.rule == "code:EE1001" and d.confidence == "low" for d in found)
+    assert diagnose("EE1001: The argument is invalid.")[0].category == "config-invalid"
+
+
 def test_a_pydantic_value_error_is_a_rejected_setting_unless_its_words_say_more():
     refused = diagnose(
         "  Value error, Ascend scheduler is enabled without chunked prefill feature. Argument "

@@ -63,9 +63,11 @@ def test_most_categories_have_a_rule():
 def test_rule_matches_its_sample(rule_id, sample):
     found = _run(sample)
     assert rule_id in [d.rule for d in found], f"{rule_id} did not match {sample}"
-    if sample.top:
+    if sample.top:  # first among what is known; a guess by wording (wording.py) may sit above
+        # a symptom rule's own sample, which names no cause
         category = BOOK.by_id(rule_id).rule.category
-        assert found[0].category == category, [(d.rule, d.category) for d in found]
+        known = [d for d in found if not d.rule.startswith("wording:")]
+        assert known[0].category == category, [(d.rule, d.category) for d in found]
 
 
 @pytest.mark.parametrize(("rule_id", "sample"), list(_cases("counter_samples")))
