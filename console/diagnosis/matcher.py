@@ -24,6 +24,7 @@ bounds the whole pass: DiagnosisTimeout when it is passed.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -441,16 +442,23 @@ def _from_wording(guess: wording.Closest) -> Diagnosis:
         rule=f"wording:{guess.category}",
         category=guess.category,
         title=(
-            f"Reads most like a {guess.category} failure — a guess by wording: no rule, code or "
-            "known wording matched"
+            f"Reads most like a {guess.category} failure (by the words of its failure lines; "
+            "no rule, code or known wording matched)"
         ),
         remedy=wording.remedy(guess.category),
         explanation=(
             "No rule, published code or known wording named a cause. The words of this log's "
             f"failure lines are closest to those of the {guess.category} failures in the "
-            f"console's corpus of real logs (e^{guess.lead:.1f} times likelier than the next, "
+            f"console's corpus of real logs ({_odds(guess.lead)} than the next, "
             f"{guess.runner_up}); check the lines shown before acting on it."
         ),
         priority=10,
         confidence="low",
     )
+
+
+def _odds(lead: float) -> str:
+    """A log-likelihood lead as words: 'about 740 times likelier'."""
+    if lead > math.log(1e6):
+        return "over a million times likelier"
+    return f"about {math.exp(lead):,.0f} times likelier"

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from tests.console.diagnosis.corpus import CORPUS
 from tests.console.diagnosis.samples import log_text, resolve
 from tests.helpers import make_user
 
@@ -71,3 +72,28 @@ def test_look_up_a_code_on_the_rules_page_and_see_a_symptom_only_answer(
     assert "Only a symptom" in first.locator("h2").inner_text()
     assert first.locator("[data-collect-next] li").count() >= 3
     page.screenshot(path=shots + "/diagnose-symptom-only.png", full_page=True)
+
+
+def test_a_log_no_rule_reads_gets_a_guess_by_wording(page, live_server, tmp_path):
+    """A real development log (MindYOLO on a 310P3: an operator's info file missing) that no
+    rule, code or known wording reads: the answer is a guess, says so, and shows its lines."""
+    make_user("vera", "viewer")
+    page.goto(f"{live_server.url}/diagnose/")
+    page.fill("#id_username", "vera")
+    page.fill("#id_password", "pw-vera-123")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/diagnose/")
+    text = log_text(CORPUS / "logs" / "mindyolo-275-300v-pro-310p3-op-info-json.log")
+    page.fill("#log-text", text)
+    page.click("button:has-text('Diagnose')")
+    first = page.locator("#finding-1")
+    first.wait_for()
+    assert first.get_attribute("data-rule") == "wording:op-unsupported"
+    assert first.locator("h2").inner_text().startswith("A guess:")
+    assert "confidence low" in first.inner_text()
+    lines = first.locator("pre.log .lvl-error")
+    assert lines.count() >= 1 and all(
+        lines.nth(i).inner_text().split(": ", 1)[1].strip() in text for i in range(lines.count())
+    )
+    shots = os.environ.get("NPC_KEEP_SCREENSHOTS") or str(tmp_path)
+    page.screenshot(path=shots + "/diagnose-guess-by-wording.png", full_page=True)

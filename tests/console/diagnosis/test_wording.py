@@ -67,7 +67,9 @@ def test_the_guess_answers_when_nothing_else_is_recognised(toy_model):
     guess = found[0]
     assert guess.confidence == "low" and not guess.symptom
     assert [e.line for e in guess.evidence] == [2]
-    assert "guess by wording" in guess.title and guess.remediation == (wording.remedy("npu-oom"),)
+    assert "by the words of its failure lines" in guess.title and guess.remediation == (
+        wording.remedy("npu-oom"),
+    )
 
 
 def test_the_guess_ranks_above_symptoms_which_keep_what_to_collect(toy_model):
