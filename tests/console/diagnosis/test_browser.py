@@ -13,6 +13,16 @@ from tests.helpers import make_user
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
+def _sign_in_at(page, url: str) -> None:
+    """Sign in as a viewer on the login page a protected page sends to; land on that page."""
+    make_user("vera", "viewer")
+    page.goto(url)
+    page.fill("#id_username", "vera")
+    page.fill("#id_password", "pw-vera-123")
+    page.click("button[type=submit]")
+    page.wait_for_url(url)
+
+
 def test_paste_a_log_and_filter_the_rules(page, live_server, tmp_path):
     make_user("vera", "viewer")
     page.goto(f"{live_server.url}/diagnose/")
@@ -46,12 +56,7 @@ def test_paste_a_log_and_filter_the_rules(page, live_server, tmp_path):
 def test_look_up_a_code_on_the_rules_page_and_see_a_symptom_only_answer(
     page, live_server, tmp_path
 ):
-    make_user("vera", "viewer")
-    page.goto(f"{live_server.url}/diagnose/rules/")
-    page.fill("#id_username", "vera")
-    page.fill("#id_password", "pw-vera-123")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/diagnose/rules/")
+    _sign_in_at(page, f"{live_server.url}/diagnose/rules/")
     page.fill("#code-lookup input[name=code]", "507035")
     page.click("#code-lookup button[type=submit]")
     result = page.locator("[data-code-result]")
@@ -77,12 +82,7 @@ def test_look_up_a_code_on_the_rules_page_and_see_a_symptom_only_answer(
 def test_a_log_no_rule_reads_gets_a_guess_by_wording(page, live_server, tmp_path):
     """A real development log (MindYOLO on a 310P3: an operator's info file missing) that no
     rule, code or known wording reads: the answer is a guess, says so, and shows its lines."""
-    make_user("vera", "viewer")
-    page.goto(f"{live_server.url}/diagnose/")
-    page.fill("#id_username", "vera")
-    page.fill("#id_password", "pw-vera-123")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/diagnose/")
+    _sign_in_at(page, f"{live_server.url}/diagnose/")
     text = log_text(CORPUS / "logs" / "mindyolo-275-300v-pro-310p3-op-info-json.log")
     page.fill("#log-text", text)
     page.click("button:has-text('Diagnose')")
