@@ -120,8 +120,6 @@ def train(documents: Iterable[tuple[set[str], str]]) -> dict:
 class Model:
     log_prior: dict[str, float]
     log_word: dict[str, dict[str, float]]  # word -> category -> log P(word | category)
-    log_unseen: dict[str, float]  # category -> log P(word | category) for a count of 0
-    logs: int
 
     @classmethod
     def from_counts(cls, counts: dict) -> Model:
@@ -140,8 +138,6 @@ class Model:
                 w: {c: math.log(per.get(c, 0) + ALPHA) - norm[c] for c in categories}
                 for w, per in words.items()
             },
-            log_unseen={c: math.log(ALPHA) - norm[c] for c in categories},
-            logs=logs,
         )
 
     def scores(self, words: set[str]) -> list[tuple[str, float]]:
