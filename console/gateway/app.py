@@ -111,6 +111,13 @@ def _background(coro) -> None:
     task.add_done_callback(_pending.discard)
 
 
+def _count_failure(principal: Principal, model: str, admission: Admission, lease: Lease) -> None:
+    """End a failed admitted request: its admission and lease released, counted not ok."""
+    _background(
+        count(principal, model, ok=False, body_usage=None, admission=admission, lease=lease)
+    )
+
+
 def error(status: int, message: str, kind: str, param: str | None = None, code: str | None = None):
     return JSONResponse(
         {"error": {"message": message, "type": kind, "param": param, "code": code}},
@@ -275,9 +282,7 @@ async def forward(request: Request) -> Response:
     try:
         return await _send(request, principal, model, payload, upstreams, admission, lease)
     except BaseException:
-        _background(
-            count(principal, model, ok=False, body_usage=None, admission=admission, lease=lease)
-        )
+        _count_failure(principal, model, admission, lease)
         raise
 
 
@@ -355,9 +360,7 @@ async def _send(
             continue
         break
     else:
-        _background(
-            count(principal, model, ok=False, body_usage=None, admission=admission, lease=lease)
-        )
+        _count_failure(principal, model, admission, lease)
         return error(503, "every replica refused: " + "; ".join(tried), "service_unavailable")
 
     reply_headers = {"x-npc-replica": up.name}
@@ -371,9 +374,7 @@ async def _send(
         if data is None:
             upstream.close()
             log.warning("replica %s answered over %d bytes: cut off", up.name, MAX_ANSWER)
-            _background(
-                count(principal, model, ok=False, body_usage=None, admission=admission, lease=lease)
-            )
+            _count_failure(principal, model, admission, lease)
             return error(
                 502, f"the replica's answer is over {MAX_ANSWER} bytes", "service_unavailable"
             )
