@@ -114,3 +114,12 @@ def test_the_guess_is_read_in_linear_time(toy_model):
     small = min(timed(500) for _ in range(3))
     big = min(timed(2000) for _ in range(3))
     assert big < 6 * small + 0.05, (small, big)
+
+
+def test_every_category_has_a_where_to_look_remedy():
+    from console.diagnosis.codes import EXTRA_CATEGORIES
+    from console.diagnosis.rulebook import rulebook
+
+    categories = {*rulebook().categories, *EXTRA_CATEGORIES}
+    assert categories <= set(wording.remedies()), categories - set(wording.remedies())
+    assert set(json.loads(wording.MODEL_FILE.read_text())["categories"]) <= categories
