@@ -442,8 +442,8 @@ def _from_wording(guess: wording.Closest) -> Diagnosis:
         rule=f"wording:{guess.category}",
         category=guess.category,
         title=(
-            f"Reads most like {'an' if guess.category[0] in 'aeiou' else 'a'} {guess.category} failure (by the words of its failure lines; "
-            "no rule, code or known wording matched)"
+            f"Reads most like the known {guess.category} failures (by the words of its failure "
+            "lines; no rule, code or known wording matched)"
         ),
         remedy=wording.remedy(guess.category),
         explanation=(
