@@ -87,6 +87,23 @@ def _wait_or_stop(proc: Proc, ready, message: str) -> None:
         raise
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's set-up; at the end, on PostgreSQL, end any session still open on the
+    test database (a thread or child process of some test that kept its connection) so that
+    the database can be dropped — not a warning at the end of every PostgreSQL run."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
 @pytest.fixture
 def console_worker(redis_url, transactional_db, tmp_path):
     """A real console Celery worker process on queues `console` and `console.jobs`, sharing
