@@ -311,7 +311,9 @@ def diagnose(
     if ranked and all(d.symptom for d in ranked):
         top = ranked[0]
         ranked[0] = Diagnosis(**{**top.__dict__, "collect_next": COLLECT_NEXT})
-    if all(d.symptom for d in ranked):
+    if all(d.symptom for d in ranked) and scanned.failure_lines:
+        if deadline is not None and time.monotonic() > deadline:
+            raise DiagnosisTimeout("stopped before the guess by wording")
         guess = wording.closest(scanned.failure_lines, symptom=SYMPTOM_CATEGORY)
         if guess is not None:
             ranked.insert(0, _from_wording(guess))

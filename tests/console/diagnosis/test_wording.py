@@ -123,3 +123,12 @@ def test_every_category_has_a_where_to_look_remedy():
     categories = {*rulebook().categories, *EXTRA_CATEGORIES}
     assert categories <= set(wording.remedies()), categories - set(wording.remedies())
     assert set(json.loads(wording.MODEL_FILE.read_text())["categories"]) <= categories
+
+
+def test_a_deadline_passed_during_the_pass_stops_before_the_guess(toy_model, monkeypatch):
+    from console.diagnosis import matcher
+
+    clock = iter([0.0, 10.0, 10.0])  # the pass looks once (line 1), the guess then
+    monkeypatch.setattr(matcher.time, "monotonic", lambda: next(clock))
+    with pytest.raises(matcher.DiagnosisTimeout):
+        diagnose("ERROR the frobnicator wobbled again", deadline=5.0)
