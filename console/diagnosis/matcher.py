@@ -191,7 +191,7 @@ def _scan(text: str, book: RuleBook, deadline: float | None) -> _Found:
         if (
             "failure-words" in kinds
             and found.failure_chars < wording.MAX_CHARS
-            and wording.is_failure_line(line, has_words=True)
+            and not wording.is_quiet(line)
         ):
             found.failure_lines.append((number, line))
             found.failure_chars += len(line)

@@ -60,12 +60,15 @@ _FAILURE = compile_linear(FAILURE_WORDS)
 _TOKEN = compile_linear(r"[A-Za-z][A-Za-z0-9_]{1,40}|\d{6}|-80\d\d")
 
 
-def is_failure_line(line: str, *, has_words: bool | None = None) -> bool:
-    """A line with a failure word and no INFO / DEBUG level. `has_words`: the matcher already
-    knows whether FAILURE_WORDS matched (its RE2 set holds it), so only the level is checked."""
-    if has_words is None:
-        has_words = _FAILURE.search(line) is not None
-    return has_words and _QUIET_LEVEL.search(line) is None
+def is_quiet(line: str) -> bool:
+    """An INFO / DEBUG line: never a failure line, whatever its words."""
+    return _QUIET_LEVEL.search(line) is not None
+
+
+def is_failure_line(line: str) -> bool:
+    """A line with a failure word and no INFO / DEBUG level (the matcher makes the same test
+    in its one pass: its RE2 set holds FAILURE_WORDS, then it asks is_quiet)."""
+    return _FAILURE.search(line) is not None and not is_quiet(line)
 
 
 def tokens(line: str) -> set[str]:
@@ -173,10 +176,11 @@ def closest(
 ) -> Closest | None:
     """The category whose development logs' failure lines read most like these, or None when
     the lead is under MARGIN, there are no failure lines, or the best is the symptom."""
+    lines = take(lines)
     if not any(_STRONG.search(text) for _, text in lines):
         return None  # no failure lines, or only warnings
     using = using or model()
-    per_line = [(number, text, tokens(text)) for number, text in take(lines)]
+    per_line = [(number, text, tokens(text)) for number, text in lines]
     ranked = using.scores(set().union(*(words for _, _, words in per_line)))
     (best, top), (runner_up, second) = ranked[0], ranked[1]
     if best == symptom or top - second < MARGIN:

@@ -10,9 +10,14 @@ import time
 import pytest
 
 from console.diagnosis import wording
-from console.diagnosis.matcher import COLLECT_NEXT, diagnose, pieces
+from console.diagnosis.matcher import COLLECT_NEXT, diagnose
 from tests.console.diagnosis.corpus import all_logs
-from tests.console.diagnosis.wording_model import build, development_logs, failure_words
+from tests.console.diagnosis.wording_model import (
+    build,
+    development_logs,
+    failure_lines,
+    failure_words,
+)
 
 
 def test_the_shipped_model_is_counted_from_the_development_split_only():
@@ -39,7 +44,7 @@ def test_a_log_the_model_never_counted_is_read_by_its_wording(name):
     model = wording.Model.from_counts(
         wording.train((failure_words(x.text()), x.label) for x in others)
     )
-    lines = [(n, t) for n, t in pieces(log.text()) if wording.is_failure_line(t)]
+    lines = failure_lines(log.text())
     guess = wording.closest(lines, symptom="engine-crash", using=model)
     assert guess is not None and guess.category == log.label, (guess, log.label)
     assert guess.evidence and all(dict(lines)[n] == t for n, t in guess.evidence)

@@ -16,10 +16,14 @@ from console.diagnosis.matcher import pieces
 from tests.console.diagnosis.corpus import Log, all_logs
 
 
+def failure_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, text) of the failure lines the matcher hands the guess for this log."""
+    return wording.take((n, line) for n, line in pieces(text) if wording.is_failure_line(line))
+
+
 def failure_words(text: str) -> set[str]:
-    """The words the matcher hands the model for this log: those of its failure lines."""
-    lines = wording.take((n, line) for n, line in pieces(text) if wording.is_failure_line(line))
-    return wording.log_tokens(line for _, line in lines)
+    """The words the model counts for this log: those of its failure lines."""
+    return wording.log_tokens(line for _, line in failure_lines(text))
 
 
 def development_logs() -> list[Log]:
