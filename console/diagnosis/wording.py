@@ -13,7 +13,7 @@ It answers only when (1) nothing but symptoms or nothing at all was recognised, 
 failure lines, (3) the best category beats the runner-up by MARGIN (natural log of the
 likelihood ratio) and (4) that category is not the symptom itself. Its answer has confidence
 "low", says it is a guess by wording, and shows the failure lines whose words weigh most for it.
-Measured on logs it never saw in docs/diagnosis.md ("Round 7").
+Measured on logs it never saw in docs/diagnosis.md ("Rounds 7-9").
 
 Linear time: the failure-word test rides in the matcher's one RE2 pass; tokens are found by an
 RE2 regex in lines already cut to MAX_LINE_CHARS; at most MAX_CHARS of failure lines are read.
