@@ -60,10 +60,14 @@ class Cred:
 class CredentialCache:
     """Active credentials by (node, kid), reloaded when the version key changes (checked at
     most every `check_s`) and at least every `ttl_s`: a revocation reaches the inbox within a
-    second, well inside one heartbeat interval."""
+    second, well inside one heartbeat interval. A miss looks at the version again after only
+    `miss_check_s`: a node's first messages right after it enrolled (or rotated) are not refused
+    for a second; a flood of unknown credentials costs at most one Redis GET per `miss_check_s`."""
 
-    def __init__(self, check_s: float = 1.0, ttl_s: float = 30.0) -> None:
-        self.check_s, self.ttl_s = check_s, ttl_s
+    def __init__(
+        self, check_s: float = 1.0, ttl_s: float = 30.0, miss_check_s: float = 0.05
+    ) -> None:
+        self.check_s, self.ttl_s, self.miss_check_s = check_s, ttl_s, miss_check_s
         self._creds: dict[tuple[str, int], Cred] = {}
         self._version: bytes | None = None
         self._loaded = self._checked = -1e9
@@ -71,15 +75,23 @@ class CredentialCache:
     def get(self, node: str, kid: int) -> Cred | None:
         mono = time.monotonic()
         if mono - self._checked > self.check_s:
-            self._checked = mono
-            try:
-                version = get_redis().get(CRED_VERSION_KEY)
-            except Exception:  # noqa: BLE001 - Redis down: the TTL still bounds staleness
-                version = self._version
-            if version != self._version or mono - self._loaded > self.ttl_s:
-                self.reload()
-                self._version = version
-        return self._creds.get((node, kid))
+            self._look(mono)
+        cred = self._creds.get((node, kid))
+        if cred is None and mono - self._checked > self.miss_check_s:
+            self._look(mono)
+            cred = self._creds.get((node, kid))
+        return cred
+
+    def _look(self, mono: float) -> None:
+        """Reload when the version key changed or the TTL ran out."""
+        self._checked = mono
+        try:
+            version = get_redis().get(CRED_VERSION_KEY)
+        except Exception:  # noqa: BLE001 - Redis down: the TTL still bounds staleness
+            version = self._version
+        if version != self._version or mono - self._loaded > self.ttl_s:
+            self.reload()
+            self._version = version
 
     def reload(self) -> None:
         now = timezone.now()
