@@ -9,7 +9,11 @@ kinds of knowledge answer, best first:
 3. the vocabulary of failures (recognisers.py): the exception a traceback ends with, the words
    of an ERROR line — "medium" for an exception, "low" for an error line;
 4. only when 1-3 found nothing but symptoms: the closest known failure by the words of the
-   log's failure lines (wording.py, a model counted from the corpus's development logs) — "low".
+   log's failure lines (wording.py, a model counted from the corpus's development logs) — "low";
+5. only when nothing at all was found, the log has no error line (nothing but progress,
+   INFO/DEBUG lines and warnings, whatever their words), is an engine's log or says it hangs (ENGINE_LOG), does not
+   end at "Application startup complete." and came without an exit code or signal: the log
+   of an engine that stopped making progress — a hang, "low", its last lines as evidence.
 
 Ranking puts the root cause first: a symptom (a rule whose `consequence_of` names another
 category that fired, the engine-crash category, a generic exception) never outranks a cause
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +51,21 @@ MAX_EVIDENCE_CHARS = 400  # a line longer than this is cut (with an ellipsis)
 MAX_LINE_CHARS = 4096  # a longer line is read in pieces of this size …
 LINE_OVERLAP = 256  # … overlapping by this much, so a phrase across a cut is still seen
 MAX_CODES = 5  # distinct codes answered from the tables per log
+QUIET_EVIDENCE = 3  # last lines shown for a log without an error line
+# A line only an inference engine's process writes — vLLM's logger ("INFO 05-20 05:40:24
+# [file.py:206]"), its process prefixes ("(EngineCore pid=115)"), SGLang's ("[2025-01-02
+# 10:11:12 TP0]"), c10's warnings ("[W compiler_depend.ts:615]"), a py-spy dump ("Thread 7
+# (idle): ") — or someone saying it hangs. npu-smi tables, install logs and plog INFO lines
+# without an error are not a stalled engine.
+ENGINE_LOG = (
+    r"\b(?:INFO|DEBUG|WARNING|WARN)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[\w./-]+:\d+\]|"
+    r"^\s*\((?:EngineCore|APIServer|VllmWorker|RayWorkerWrapper|Worker|EngineCore_DP\d+)\b[^)]*\)|"
+    r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [TDP]P\d+)*\] |"
+    r"^\[W(?:\d{3,4} [\d:.]+)? [\w./-]+:\d+\]|"
+    r"^Thread \d+ \((?:idle|active)\): |"
+    r"(?i:\b(?:hangs?|hung|hanging|stuck|freez(?:e|es|ing)|frozen|no response)\b)|卡住|卡死"
+)
+STARTED = "Application startup complete."
 DEADLINE_EVERY = 256  # pieces between two looks at the clock
 _HEALTH = {v.lower(): v for v in HEALTH_VALUES}
 CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
@@ -61,6 +81,18 @@ COLLECT_NEXT = (
     "-e davinci -e ascend`;",
     "run again with `ASCEND_GLOBAL_LOG_LEVEL=1 ASCEND_LAUNCH_BLOCKING=1` to name the failing "
     "operator.",
+)
+QUIET_COLLECT_NEXT = (
+    "The log has no error line: the process was still running, or stopped without saying why. "
+    "Collect next:",
+    "whether the engine is still alive and busy: `ps -ef | grep -i vllm`, `npu-smi info` "
+    "(AICore use of its NPUs);",
+    "where it waits, while it hangs: `py-spy dump --pid <pid>` of the API server, the engine "
+    "core and every worker;",
+    "the log after it, with `VLLM_LOGGING_LEVEL=DEBUG`, and every rank's newest CANN plog "
+    "(`ls -t ~/ascend/log/debug/plog/ | head`) for an HCCL wait;",
+    "if it exited: its exit code and `dmesg -T | grep -i -e oom -e killed` (a kill leaves no line "
+    "in the log).",
 )
 
 
@@ -152,6 +184,8 @@ class _Found:
     words: dict[str, tuple[recognisers.Recognised, _Hits, str]] = field(default_factory=dict)
     failure_lines: list[tuple[int, str]] = field(default_factory=list)  # for wording.closest
     failure_chars: int = 0
+    last_lines: deque = field(default_factory=lambda: deque(maxlen=QUIET_EVIDENCE))
+    engine_log: bool = False  # a line matched ENGINE_LOG
 
 
 _RECOGNISERS = {
@@ -161,6 +195,7 @@ _RECOGNISERS = {
     "exception": recognisers.EXCEPTION,
     "error-line": recognisers.ERROR_LINE,
     "failure-words": wording.FAILURE_WORDS,
+    "engine-log": ENGINE_LOG,
 }
 
 
@@ -185,9 +220,13 @@ def _scan(text: str, book: RuleBook, deadline: float | None) -> _Found:
             raise DiagnosisTimeout(f"stopped at line {number}")
         for target in book.index.match(line):
             _hit(hits.get(target.rule), target, number, line)
+        if line.strip():
+            found.last_lines.append((number, line))
         kinds = others.match(line)
         if not kinds:
             continue
+        if "engine-log" in kinds:
+            found.engine_log = True
         if (
             "failure-words" in kinds
             and found.failure_chars < wording.MAX_CHARS
@@ -317,7 +356,19 @@ def diagnose(
         guess = wording.closest(scanned.failure_lines, symptom=SYMPTOM_CATEGORY)
         if guess is not None:
             ranked.insert(0, _from_wording(guess))
+    if not ranked and exit_code is None and signal is None and _stalled(scanned):
+        ranked.append(_quiet_log(scanned.last_lines))
     return ranked
+
+
+def _stalled(scanned: _Found) -> bool:
+    """An engine's log without an error line that does not end at a finished start-up."""
+    return (
+        scanned.engine_log
+        and bool(scanned.last_lines)
+        and STARTED not in scanned.last_lines[-1][1]
+        and not wording.has_error_above_warning(scanned.failure_lines)
+    )
 
 
 def _demoted(rule: CompiledRule, categories: set[str]) -> bool:
@@ -456,6 +507,31 @@ def _from_wording(guess: wording.Closest) -> Diagnosis:
         ),
         priority=10,
         confidence="low",
+    )
+
+
+def _quiet_log(last_lines: deque) -> Diagnosis:
+    hit = _Hits(0)
+    for number, text in last_lines:
+        hit.add(number, text)
+    return Diagnosis(
+        rule="no-error-line",
+        category="engine-hang",
+        severity="warning",
+        title="No error in this log: if the engine stopped here, it is stuck (a hang)",
+        evidence=tuple(hit.evidence),
+        remediation=QUIET_COLLECT_NEXT[1:],
+        explanation=(
+            "No rule, code or known wording matched, and no line of the log reports an error: "
+            "only progress, INFO/DEBUG lines and warnings. A failing engine says why before it "
+            "exits; one that stops making progress says nothing. Its last lines (shown) are "
+            "where it stopped — loading weights, compiling or capturing graphs, waiting on a "
+            "collective, or serving requests at 0 tokens/s."
+        ),
+        links=(),
+        priority=5,
+        confidence="low",
+        collect_next=QUIET_COLLECT_NEXT,
     )
 
 

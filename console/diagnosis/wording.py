@@ -54,6 +54,9 @@ _STRONG_WORDS = (
 FAILURE_WORDS = rf"(?i:{_STRONG_WORDS}|warn)"
 _QUIET_LEVEL = compile_linear(r"\[INFO\]|\bINFO\b|\[DEBUG\]|\bDEBUG\b")
 _STRONG = compile_linear(rf"(?i:{_STRONG_WORDS})")
+# a warning's level: Python's logging, glog's / c10's "W1202 18:50:44" and "[W1202 …", a
+# Python warning category ("FutureWarning: …")
+_WARNING_LEVEL = compile_linear(r"\bWARN(?:ING)?\b|^\[?W\d{4} |^\[W[\d ]|\w*Warning: ")
 # A word: a name (letters, digits, underscores), a six-digit code (aclError / runtime / aclnn),
 # a DCMI code (-8005). Six-digit codes also count by their first three digits (their class).
 _FAILURE = compile_linear(FAILURE_WORDS)
@@ -69,6 +72,17 @@ def is_failure_line(line: str) -> bool:
     """A line with a failure word and no INFO / DEBUG level (the matcher makes the same test
     in its one pass: its RE2 set holds FAILURE_WORDS, then it asks is_quiet)."""
     return _FAILURE.search(line) is not None and not is_quiet(line)
+
+
+def has_error_line(lines: Iterable[tuple[int, str]]) -> bool:
+    """Whether any of these failure lines says more than the word "warning" does."""
+    return any(_STRONG.search(text) for _, text in lines)
+
+
+def has_error_above_warning(lines: Iterable[tuple[int, str]]) -> bool:
+    """Whether any of these failure lines has a failure word and no warning's level (an
+    engine's start-up warns that a library "is not found" and goes on)."""
+    return any(_STRONG.search(text) and not _WARNING_LEVEL.search(text) for _, text in lines)
 
 
 def tokens(line: str) -> set[str]:
@@ -177,7 +191,7 @@ def closest(
     """The category whose development logs' failure lines read most like these, or None when
     the lead is under MARGIN, there are no failure lines, or the best is the symptom."""
     lines = take(lines)
-    if not any(_STRONG.search(text) for _, text in lines):
+    if not has_error_line(lines):
         return None  # no failure lines, or only warnings
     using = using or model()
     per_line = [(number, text, tokens(text)) for number, text in lines]

