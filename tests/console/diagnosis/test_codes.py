@@ -89,6 +89,43 @@ def test_a_pydantic_value_error_is_a_rejected_setting_unless_its_words_say_more(
     assert diagnose("the value error, said nobody") == []
 
 
+def _cpu_log(name: str) -> str:
+    from tests.console.diagnosis.corpus import CPU_CORPUS
+    from tests.console.diagnosis.samples import log_text
+
+    return log_text(CPU_CORPUS / name)
+
+
+def test_pydantics_reason_outranks_its_summary_line():
+    """'1 validation error for ModelConfig' names a class; the Value error line after it names
+    the reason (a model directory without config.json: a missing model, not a setting)."""
+    text = _cpu_log("config-json-missing.log")  # a development log made on this CPU
+    assert "1 validation error for ModelConfig" in text
+    assert diagnose(text)[0].category == "model-not-found"
+    # vLLM's process prefix before it; words of pydantic's input repr after it do not count
+    found = diagnose(
+        "(APIServer pid=7) pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+        "CacheConfig\n(APIServer pid=7)   Value error, Cannot find the config file for awq "
+        "[type=value_error, input_value=ArgsKwargs((), {'shutdown_timeout': 0})]"
+    )
+    assert found[0].category == "config-invalid" and found[0].confidence == "medium"
+
+
+def test_a_deprecation_warning_is_never_read_as_the_cause():
+    line = (
+        "/venv/lib/python3.11/site-packages/vllm/entrypoints/openai/api_server.py:24: "
+        "DeprecationWarning: `vllm.entrypoints.openai.api_server` is deprecated and will likely "
+        "beunsupported in a future version."
+    )
+    assert line.split(": ", 1)[1] in _cpu_log("host-address-not-local.log")
+    assert diagnose(line) == []
+    assert diagnose(line.replace("DeprecationWarning", "UserWarning"))[0].category == (
+        "op-unsupported"
+    )
+    found = diagnose(_cpu_log("host-address-not-local.log"))
+    assert found[0].category == "config-invalid"
+
+
 @pytest.mark.parametrize(
     "line",
     [

