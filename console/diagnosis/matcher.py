@@ -528,7 +528,10 @@ def _quiet_log(last_lines: deque) -> Diagnosis:
         severity="warning",
         title="No error in this log: if the engine stopped here, it is stuck (a hang)",
         evidence=tuple(hit.evidence),
-        remediation=QUIET_COLLECT_NEXT[1:],
+        remediation=(
+            "Find where it waits while it hangs: `py-spy dump --pid <pid>` of every engine "
+            "process, and `npu-smi info` for its NPUs' activity (and the rest of what to collect, above).",
+        ),
         explanation=(
             "No rule, code or known wording matched, and no line of the log reports an error: "
             "only progress, INFO/DEBUG lines and warnings. A failing engine says why before it "

