@@ -67,6 +67,16 @@ def _edit_config(**changes: object) -> Callable[[Path], None]:
     return change
 
 
+# a model of its own type whose code ships beside it (auto_map): transformers needs remote code
+_CUSTOM_MODEL = _edit_config(
+    model_type="tinyfoo",
+    auto_map={
+        "AutoConfig": "configuration_tinyfoo.TinyFooConfig",
+        "AutoModelForCausalLM": "modeling_tinyfoo.TinyFooForCausalLM",
+    },
+)
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -179,13 +189,7 @@ CASES = [
         "remote-code-needed",
         "remote-code-required",
         "a custom model_type with auto_map, no --trust-remote-code",
-        change=_edit_config(
-            model_type="tinyfoo",
-            auto_map={
-                "AutoConfig": "configuration_tinyfoo.TinyFooConfig",
-                "AutoModelForCausalLM": "modeling_tinyfoo.TinyFooForCausalLM",
-            },
-        ),
+        change=_CUSTOM_MODEL,
     ),
     Case(
         "address-space-limit",
@@ -233,13 +237,7 @@ CASES = [
         "model-not-found",
         "--trust-remote-code given, the model's own Python files not copied",
         extra=("--trust-remote-code",),
-        change=_edit_config(
-            model_type="tinyfoo",
-            auto_map={
-                "AutoConfig": "configuration_tinyfoo.TinyFooConfig",
-                "AutoModelForCausalLM": "modeling_tinyfoo.TinyFooForCausalLM",
-            },
-        ),
+        change=_CUSTOM_MODEL,
     ),
     Case(
         "generation-config-missing",
