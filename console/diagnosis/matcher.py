@@ -11,9 +11,10 @@ kinds of knowledge answer, best first:
 4. only when 1-3 found nothing but symptoms: the closest known failure by the words of the
    log's failure lines (wording.py, a model counted from the corpus's development logs) — "low";
 5. only when nothing at all was found, the log has no error line (nothing but progress,
-   INFO/DEBUG lines and warnings, whatever their words), is an engine's log or says it hangs (ENGINE_LOG), does not
-   end at "Application startup complete." and came without an exit code or signal: the log
-   of an engine that stopped making progress — a hang, "low", its last lines as evidence.
+   INFO/DEBUG lines and warnings, whatever their words), is an engine's log or says it hangs
+   (ENGINE_LOG), does not end at "Application startup complete." and came without an exit
+   code or signal: the log of an engine that stopped making progress — a hang, "low", its
+   last lines as evidence.
 
 Ranking puts the root cause first: a symptom (a rule whose `consequence_of` names another
 category that fired, the engine-crash category, a generic exception) never outranks a cause
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +70,7 @@ ENGINE_LOG = (
     r"^Thread \d+ \((?:idle|active)\): |" + HANG_WORDS
 )
 STARTED = "Application startup complete."
+_HANG_WORDS = compile_linear(HANG_WORDS)
 DEADLINE_EVERY = 256  # pieces between two looks at the clock
 _HEALTH = {v.lower(): v for v in HEALTH_VALUES}
 CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
@@ -188,7 +189,6 @@ class _Found:
     words: dict[str, tuple[recognisers.Recognised, _Hits, str]] = field(default_factory=dict)
     failure_lines: list[tuple[int, str]] = field(default_factory=list)  # for wording.closest
     failure_chars: int = 0
-    last_lines: deque = field(default_factory=lambda: deque(maxlen=QUIET_EVIDENCE))
     engine_log: bool = False  # a line matched ENGINE_LOG
 
 
@@ -224,8 +224,6 @@ def _scan(text: str, book: RuleBook, deadline: float | None) -> _Found:
             raise DiagnosisTimeout(f"stopped at line {number}")
         for target in book.index.match(line):
             _hit(hits.get(target.rule), target, number, line)
-        if line.strip():
-            found.last_lines.append((number, line))
         kinds = others.match(line)
         if not kinds:
             continue
@@ -361,22 +359,29 @@ def diagnose(
         if guess is not None:
             ranked.insert(0, _from_wording(guess))
     if not ranked and exit_code is None and signal is None and _stalled(scanned):
-        ranked.append(_quiet_log(scanned.last_lines))
+        last = _last_lines(text)
+        if last and STARTED not in last[-1][1]:
+            ranked.append(_quiet_log(last))
     return ranked
 
 
 def _stalled(scanned: _Found) -> bool:
-    """An engine's log without an error line (a line saying it hangs is none) that does not
-    end at a finished start-up."""
-    if not scanned.engine_log or not scanned.last_lines:
-        return False
-    if STARTED in scanned.last_lines[-1][1]:
-        return False
+    """An engine's log without an error line (a line saying it hangs is none)."""
     said = [(n, line) for n, line in scanned.failure_lines if not _HANG_WORDS.search(line)]
-    return not wording.has_error_line(said)
+    return scanned.engine_log and not wording.has_error_line(said)
 
 
-_HANG_WORDS = compile_linear(HANG_WORDS)
+def _last_lines(text: str) -> list[tuple[int, str]]:
+    """The last QUIET_EVIDENCE non-blank lines, numbered as the pass numbers them (read only
+    for the rare log that may show a stall, not on every line of every pass)."""
+    lines = text.splitlines()
+    last: list[tuple[int, str]] = []
+    for number in range(len(lines), 0, -1):
+        if lines[number - 1].strip():
+            last.insert(0, (number, lines[number - 1]))
+            if len(last) == QUIET_EVIDENCE:
+                break
+    return last
 
 
 def _demoted(rule: CompiledRule, categories: set[str]) -> bool:
@@ -518,7 +523,7 @@ def _from_wording(guess: wording.Closest) -> Diagnosis:
     )
 
 
-def _quiet_log(last_lines: deque) -> Diagnosis:
+def _quiet_log(last_lines: list[tuple[int, str]]) -> Diagnosis:
     hit = _Hits(0)
     for number, text in last_lines:
         hit.add(number, text)
@@ -530,7 +535,8 @@ def _quiet_log(last_lines: deque) -> Diagnosis:
         evidence=tuple(hit.evidence),
         remediation=(
             "Find where it waits while it hangs: `py-spy dump --pid <pid>` of every engine "
-            "process, and `npu-smi info` for its NPUs' activity (and the rest of what to collect, above).",
+            "process, and `npu-smi info` for its NPUs' activity (and the rest of what to "
+            "collect, above).",
         ),
         explanation=(
             "No rule, code or known wording matched, and no line of the log reports an error: "

