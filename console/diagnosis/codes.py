@@ -12,6 +12,8 @@ ours:
   EZ9999, E40021 …) and the module of each prefix, so an unknown code of a known module still
   gets that module's category.
 - dcmi.yaml: DCMI / npu-smi return codes (-8005, -8020, -90xx).
+- driver.yaml: the driver's own return codes (drvError_t), as plog lines print them
+  (`drvErr=87`, `drvRetCode=14`), keyed DRV-87.
 
 `lookup("507035")` answers the rules page and the API; `find_codes(line)` is the recogniser the
 matcher runs on each log line. MindCluster's fault codes (8 hex digits) stay in faultcodes.py.
@@ -19,7 +21,7 @@ matcher runs on each log line. MindCluster's fault codes (8 hex digits) stay in 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -31,12 +33,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from console.diagnosis.rulebook import CATEGORIES, RuleFileError
 
 DATA = Path(__file__).resolve().parent / "data" / "codes"
-Kind = Literal["acl", "message", "dcmi"]
+Kind = Literal["acl", "message", "dcmi", "driver"]
 KIND_TITLES = {
     "acl": "AscendCL return code",
     "message": "CANN error-message code",
     "dcmi": "DCMI / npu-smi return code",
+    "driver": "Ascend driver return code",
 }
+TABLES = (
+    ("acl", "acl.yaml"),
+    ("message", "messages.yaml"),
+    ("dcmi", "dcmi.yaml"),
+    ("driver", "driver.yaml"),
+)
 EXTRA_CATEGORIES = ("op-exception", "graph-capture")  # defined in rules/operators.yaml
 
 
@@ -126,13 +135,20 @@ class CodeBook:
     codes: dict[str, CodeEntry]
     classes: tuple[tuple[str, CodeEntry], ...]  # (leading digits, template), longest first
     modules: dict[str, CodeEntry]  # message prefix ("EI") -> template
+    names: dict[str, CodeEntry] = field(default_factory=dict)  # "DRV_ERROR_BUSY" -> its entry
 
     def lookup(self, code: str) -> CodeEntry | None:
-        """The entry for `code` (any case, surrounding space ignored), or its class's/module's
-        meaning (exact=False), or None when nothing is known of it."""
+        """The entry for `code` (any case, surrounding space ignored; a driver code also as a log
+        prints it, `drvErr=87`, or by its name), or its class's/module's meaning (exact=False),
+        or None when nothing is known of it."""
         code = code.strip().upper()
         if code in self.codes:
             return self.codes[code]
+        if code in self.names:
+            return self.names[code]
+        driver = _DRIVER_TYPED.fullmatch(code)
+        if driver:
+            return self.codes.get(driver_key(driver.group(1)))
         if _ACL_SHAPE.fullmatch(code):
             for prefix, entry in self.classes:
                 if code.startswith(prefix):
@@ -160,6 +176,10 @@ def _derived(template: CodeEntry, code: str) -> CodeEntry:
 
 
 _ACL_SHAPE = re2.compile(r"[1-5]\d{5}")
+# what an on-call engineer may type for a driver code: DRV-87, drvErr=87, drvRetCode 14
+_DRIVER_TYPED = re2.compile(
+    r"(?:DRV|DRVERR|DRVRETCODE|DRV_RET_CODE|DRVERROR)[-=: ]?(0X[0-9A-F]{1,4}|\d{1,5})"
+)
 _MESSAGE_SHAPE = re2.compile(r"[EW][0-9A-Z]\d{4}")
 _CLASS_REMEDY = (
     "No entry for this exact code: read the plog next to the error "
@@ -189,7 +209,8 @@ def load(directory: Path = DATA) -> CodeBook:
     codes: dict[str, CodeEntry] = {}
     classes: list[tuple[str, CodeEntry]] = []
     modules: dict[str, CodeEntry] = {}
-    for kind, name in (("acl", "acl.yaml"), ("message", "messages.yaml"), ("dcmi", "dcmi.yaml")):
+    names: dict[str, CodeEntry] = {}
+    for kind, name in TABLES:
         path = directory / name
         table = _table(path)
         sources = {s.id: s for s in table.sources}
@@ -210,6 +231,8 @@ def load(directory: Path = DATA) -> CodeBook:
                 source.url,
                 generic=c.generic,
             )
+            if kind == "driver" and c.name:
+                names.setdefault(c.name.upper(), codes[key])
         for cls in table.classes:
             source = sources[cls.source] if cls.source else first
             entry = CodeEntry(
@@ -231,7 +254,7 @@ def load(directory: Path = DATA) -> CodeBook:
             )
             modules[mod.prefix.upper()] = entry
     classes.sort(key=lambda item: -len(item[0]))
-    return CodeBook(codes=codes, classes=tuple(classes), modules=modules)
+    return CodeBook(codes=codes, classes=tuple(classes), modules=modules, names=names)
 
 
 @cache
@@ -250,7 +273,25 @@ ACL_CODE = re2.compile(
     r"error|status|code|reason)\W{0,8}(?:is\W{0,4})?(?:0x)?([1-5]\d{5})(?:[^0-9A-Za-z]|$)"
 )
 DCMI_CODE = re2.compile(r"(?i)(?:dcmi|npu-smi|ret|error|code|failed)[^\n]{0,60}?(-[89]0\d\d)\b")
-KEYWORDS = ("E", "W", "rror", "ret", "RET", "code", "CODE", "dcmi", "npu-smi", "status", "reason")
+# the driver's drvError_t as the runtime's and the driver's plog lines print it
+DRIVER_CODE = re2.compile(
+    r"(?i)\b(?:drvErr|drvRetCode|drv_ret_code|drvRet|drv_ret|drvError|drv_err)\s{0,2}[=:]\s{0,2}"
+    r"(0x[0-9a-f]{1,4}|\d{1,5})\b"
+)
+KEYWORDS = (
+    "E",
+    "W",
+    "rror",
+    "ret",
+    "RET",
+    "code",
+    "CODE",
+    "dcmi",
+    "npu-smi",
+    "status",
+    "reason",
+    "drv",
+)
 
 
 def find_codes(line: str, book: CodeBook | None = None) -> list[CodeEntry]:
@@ -264,7 +305,15 @@ def find_codes(line: str, book: CodeBook | None = None) -> list[CodeEntry]:
     if "-8" in line or "-9" in line:
         for m in DCMI_CODE.finditer(line):
             _add(book, m.group(1), found)
+    if "drv" in line or "DRV" in line:
+        for m in DRIVER_CODE.finditer(line):
+            _add(book, driver_key(m.group(1)), found)
     return list(found.values())
+
+
+def driver_key(number: str) -> str:
+    """`87` or `0xfffe` as a driver code's key: DRV-87, DRV-65534."""
+    return f"DRV-{int(number, 16) if number.lower().startswith('0x') else int(number)}"
 
 
 def _add(book: CodeBook, code: str, found: dict[str, CodeEntry]) -> None:

@@ -196,11 +196,15 @@ _RECOGNISERS = {
     "message-code": codebook_mod.MESSAGE_CODE.pattern,
     "acl-code": codebook_mod.ACL_CODE.pattern,
     "dcmi-code": codebook_mod.DCMI_CODE.pattern,
+    "driver-code": codebook_mod.DRIVER_CODE.pattern,
     "exception": recognisers.EXCEPTION,
     "error-line": recognisers.ERROR_LINE,
     "failure-words": wording.FAILURE_WORDS,
     "engine-log": ENGINE_LOG,
 }
+
+
+_CODE_KINDS = frozenset({"message-code", "acl-code", "dcmi-code", "driver-code"})
 
 
 def _recogniser_index() -> LineIndex:
@@ -236,7 +240,7 @@ def _scan(text: str, book: RuleBook, deadline: float | None) -> _Found:
         ):
             found.failure_lines.append((number, line))
             found.failure_chars += len(line)
-        if "message-code" in kinds or "acl-code" in kinds or "dcmi-code" in kinds:
+        if not _CODE_KINDS.isdisjoint(kinds):
             for entry in codebook_mod.find_codes(line, codes):
                 _add_code(found, entry, number, line)
         if "exception" in kinds or "error-line" in kinds:
@@ -441,6 +445,10 @@ def _answer(hit: _Hits, *, remedy: str, links: tuple = (), **fields) -> Diagnosi
     )
 
 
+def _article(noun: str) -> str:
+    return "an" if noun[:1].lower() in "aeiou" else "a"
+
+
 def _from_code(entry, hit: _Hits) -> Diagnosis:
     kind = codebook_mod.KIND_TITLES[entry.kind]
     name = f" ({entry.name})" if entry.name else ""
@@ -449,10 +457,10 @@ def _from_code(entry, hit: _Hits) -> Diagnosis:
         hit,
         rule=f"code:{entry.code}",
         category=entry.category,
-        title=f"{kind} {entry.code}{name}{known} {entry.meaning}",
+        title=f"{kind} {entry.code}{name}{known or ':'} {entry.meaning}",
         remedy=entry.remedy,
         explanation=(
-            f"{entry.code} is a {kind.lower()}{name}. {entry.meaning} Read from the published "
+            f"{entry.code} is {_article(kind)} {kind}{name}. {entry.meaning} Read from the published "
             f"table: {entry.source_title}."
         ),
         links=({"title": entry.source_title, "url": entry.source_url},),

@@ -23,6 +23,7 @@ def test_the_tables_are_complete_and_every_entry_has_a_source_and_a_known_catego
     assert kinds["acl"] >= 200  # ACL + runtime (107/207/507/5079) + graph engine
     assert kinds["message"] >= 406  # the error_code.json catalogue at least
     assert kinds["dcmi"] >= 20
+    assert kinds["driver"] == 100  # drvError_t 1-99 and 0xfffe, hicann/driver ascend_hal_error.h
     runtime = [c for c in book.codes if c.startswith("507")]
     assert len(runtime) > 37  # past 507036, where older copies of rt_error_codes.h stop
 
@@ -45,6 +46,14 @@ def test_the_tables_are_complete_and_every_entry_has_a_source_and_a_known_catego
         ("561103", "op-exception", True),
         ("561199", "op-exception", False),  # unknown aclnn internal code: its class's
         ("107002", "npu-init-failure", True),  # no context: the device was never set up
+        # the driver's drvError_t (hicann/driver pkg_inc/ascend_hal_error.h), typed as a log
+        # prints it, by key, or by name
+        ("drvErr=87", "device-busy", True),  # DRV_ERROR_RESOURCE_OCCUPIED
+        ("DRV-87", "device-busy", True),
+        ("drvRetCode 14", "device-busy", True),  # DRV_ERROR_NO_RESOURCES
+        ("DRV_ERROR_BUS_DOWN", "npu-health", True),  # 33
+        ("drv_ret_code=6", "npu-oom", True),
+        ("drvErr=0xfffe", "version-mismatch", True),  # DRV_ERROR_NOT_SUPPORT
     ],
 )
 def test_lookup(code, category, exact):
@@ -142,6 +151,56 @@ def test_a_kill_by_the_oom_killer_is_host_memory(line):
 def test_lookup_of_nothing_known():
     assert codes.codebook().lookup("EX1234") is None
     assert codes.codebook().lookup("hello") is None
+    assert codes.codebook().lookup("DRV-100") is None  # past the last drvError_t
+    assert codes.codebook().lookup("87") is None  # a bare number is no driver code
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        # the shapes as real plog lines print them (corpus logs of vllm-ascend #248 and #5213,
+        # MinerU #4233, vllm-ascend #8186)
+        (
+            "[ERROR] ATRACE(618,python3):2025-03-06-01:09:06.981.451 [trace_driver_api.c:56]"
+            "(tid:618) get platform info failed, drvErr=87.",
+            "DRV-87",
+        ),
+        (
+            "[ERROR] RUNTIME(6651,):2025-12-20-12:52:31.887.683 [npu_driver.cc:1065]6651 "
+            "NormalSqCqAllocate:[drv api] halSqCqAllocate failed: device_id=3, drvRetCode=14!",
+            "DRV-14",
+        ),
+        ("GetDeviceCount:Call drvGetDevNum, drvRetCode=87.", "DRV-87"),
+        (
+            "[drv api] halCqReportRecv failed: device_id=1, ts_id=0, drv_ret_code=33[FUNC:X]",
+            "DRV-33",
+        ),
+    ],
+)
+def test_a_driver_code_is_found_where_the_plog_prints_it(line, key):
+    assert [e.code for e in codes.find_codes(line)] == [key]
+
+
+def test_a_driver_code_is_not_read_from_other_numbers():
+    # a runtime's inner code printed as drvRetCode is past the driver's table
+    assert codes.find_codes("DevMemAllocManaged failed: device_id=0, drvRetCode=117571606!") == []
+    assert codes.find_codes("driver 87 loaded, drv version 23.0.3") == []
+    assert codes.find_codes("hdrvErr=87") == []  # not a word of its own
+
+
+def test_a_log_that_holds_only_a_driver_code_gets_its_meaning_not_nothing():
+    """vllm-ascend #248: one 910B mounted into two containers; the second's only error line."""
+    found = diagnose(
+        "[INFO] RUNTIME(618,python3):2025-03-06-01:09:06.985.224 [task_fail_callback_manager.cc:52]"
+        " 618 TaskFailCallBackManager: Constructor.\n"
+        "[ERROR] ATRACE(618,python3):2025-03-06-01:09:06.981.451 [trace_driver_api.c:56](tid:618) "
+        "get platform info failed, drvErr=87.\n"
+    )
+    top = found[0]
+    assert top.rule == "code:DRV-87" and top.category == "device-busy"
+    assert top.confidence == "medium" and "RESOURCE_OCCUPIED" in top.title
+    assert top.links[0]["url"].startswith("https://github.com/hicann/driver/")
+    assert "is an Ascend driver return code" in top.explanation
 
 
 def test_codes_are_found_by_shape_and_context_not_in_any_number():
@@ -204,6 +263,8 @@ def test_api_looks_up_a_code(viewer_client):
         body["name"] == "ACL_ERROR_RT_VECTOR_CORE_EXCEPTION" and body["category"] == "op-exception"
     )
     assert body["source"]["url"].startswith("https://github.com/hicann/runtime/")
+    driver = viewer_client.get("/api/v1/diagnose/codes/drvErr=87").json()
+    assert driver["code"] == "DRV-87" and driver["kind"] == "driver"
     unknown = viewer_client.get("/api/v1/diagnose/codes/EX1234")
     assert unknown.status_code == 422 and unknown.json()["field"] == "code"
 
