@@ -171,10 +171,43 @@ class _Hits:
         self.evidence.append(Evidence(number, text))
 
 
+# What a log collector or a terminal adds to each line, read past so rules see the engine's own
+# line: colour codes (ESC[..m, or as pastes keep them: ^[[..m, #033[..m, a bare [1;36m), and a
+# line prefix — docker compose's `service-1  | `, the container runtime's (CRI) `2025-06-01T10:
+# 00:00.123Z stderr F `, an ISO timestamp `kubectl logs --timestamps` puts first, journald's
+# `Jun 01 10:00:00 host python3[1234]: `.
+_COLOUR = compile_linear(r"(?:\x1b|\^\[|#033)\[[0-9;]{0,16}m|\[(?:[0-9]{1,2};)*[0-9]{1,2}m")
+_COLLECTOR_PREFIX = compile_linear(
+    r"^(?:[\w.-]{1,64} {1,40}\| |"
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? "
+    r"(?:(?:stdout|stderr) [FP] )?|"
+    r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]{1,64} [\w./@-]{1,64}(?:\[\d{1,10}\])?: )"
+)
+
+
+_COLOUR_HINTS = ("\x1b", "^[[", "033[", "[0m", "[0;0m", "[00m")
+
+
+def clean(line: str) -> str:
+    """The line as the engine wrote it: colour codes and a log collector's prefix removed.
+    (Cheap looks first: most lines have neither, and this runs on every line.)"""
+    if "[" in line and any(hint in line for hint in _COLOUR_HINTS):
+        line = _COLOUR.sub("", line)
+    if (
+        "| " in line[:110]
+        or (line[4:5] == "-" and line[10:11] == "T")
+        or (line[3:4] == " " and line[9:10] == ":")
+    ):
+        line = _COLLECTOR_PREFIX.sub("", line, count=1)
+    return line
+
+
 def pieces(text: str):
-    """(line number, text) of every line, a long line as overlapping MAX_LINE_CHARS pieces."""
+    """(line number, text) of every line, cleaned (clean()), a long line as overlapping
+    MAX_LINE_CHARS pieces."""
     step = MAX_LINE_CHARS - LINE_OVERLAP
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = clean(raw)
         if len(line) <= MAX_LINE_CHARS:
             yield number, line
             continue

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import time
 
-from console.diagnosis.matcher import MAX_EVIDENCE, diagnose
+import pytest
+
+from console.diagnosis.matcher import MAX_EVIDENCE, clean, diagnose
 from console.diagnosis.rulebook import Target, compile_linear, rulebook
 from tests.console.diagnosis.corpus import CORPUS, split_of
 from tests.console.diagnosis.samples import error_samples, log_text, resolve
@@ -214,3 +216,47 @@ def test_a_set_device_failure_of_an_unhealthy_npu_names_its_health_first():
     assert found[0].category == "npu-health", _rules(found)
     assert "acl-set-device-failed" in _rules(found)
     assert split_of("https://github.com/hw-native-sys/PTOAS/pull/523") == "dev"
+
+
+@pytest.mark.parametrize(
+    ("raw", "line"),
+    [
+        (
+            "vllm-server-1  | ERROR 06-01 10:00:00 [core.py:1] boom",
+            "ERROR 06-01 10:00:00 [core.py:1] boom",
+        ),
+        ("2026-06-01T10:00:00.123456789Z stderr F RuntimeError: x", "RuntimeError: x"),
+        ("2026-06-01T10:00:00.123+08:00 RuntimeError: x", "RuntimeError: x"),  # --timestamps
+        ("Jun 01 10:00:00 npu-host-3 python3[4242]: RuntimeError: x", "RuntimeError: x"),
+        ("\x1b[1;36m(EngineCore_DP0 pid=1)\x1b[0;0m ERROR x", "(EngineCore_DP0 pid=1) ERROR x"),
+        ("^[[36m(TaskRunner pid=1513738)^[[0m ERROR x", "(TaskRunner pid=1513738) ERROR x"),
+        ("#033[2m#033[33m(raylet)#033[0m [DATE] x", "(raylet) [DATE] x"),
+        ("[1;36m(VllmWorker rank=0 pid=9)[0;0m ERROR x", "(VllmWorker rank=0 pid=9) ERROR x"),
+        # the engine's own lines stay as they are
+        ("ERROR 06-01 10:00:00 [core.py:1] boom", "ERROR 06-01 10:00:00 [core.py:1] boom"),
+        ("| 0     910B3               | OK            | 93.6  45 |", None),
+        ("[rank0]: RuntimeError: NCCL error [1m]", None),
+        ("2025-01-01 10:00:00,123 - ERROR - failed", None),
+        ("[2025-10-13 09:06:25] vllm-decode-0:3663:4044 [0] NCCL WARN x", None),
+    ],
+)
+def test_a_log_collectors_prefix_and_colour_codes_are_read_past(raw, line):
+    assert clean(raw) == (raw if line is None else line)
+
+
+def test_a_log_passed_on_by_a_collector_gets_the_same_answer_on_the_same_lines():
+    """A stalled engine (its last lines the evidence) and a coded failure, through docker
+    compose, the container runtime (CRI) and a coloured terminal."""
+    for name in ("vllm-20891-stuck-at-model-load.log", "vllm-4383-nccl-shm-segment-two-gpus.log"):
+        text = log_text(CORPUS / "logs" / name)
+        plain = diagnose(text)
+        assert plain, name
+        for prefix, suffix in (
+            ("svc-1  | ", ""),
+            ("2026-06-01T10:00:00.1Z stdout F ", ""),
+            ("\x1b[1;36m", "\x1b[0;0m"),
+        ):
+            passed = diagnose("\n".join(prefix + x + suffix for x in text.splitlines()))
+            assert _rules(passed)[:1] == _rules(plain)[:1], (name, prefix)
+            lines = [e.line for e in passed[0].evidence]
+            assert lines == [e.line for e in plain[0].evidence], (name, prefix)
