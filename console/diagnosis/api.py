@@ -136,13 +136,15 @@ class CodeOut(Schema):
 
 @router.get("/diagnose/codes/{code}", response=CodeOut)
 def error_code(request, code: str):
-    """What an Ascend error code means: AscendCL (507035), CANN error-message (EI0006) or DCMI
-    (-8005), from the published tables with their source. A code missing from the tables but
-    of a known class or module gets that class's meaning (`exact`: false)."""
-    entry = codebook().lookup(code[:16])
+    """What an Ascend error code means: AscendCL (507035), CANN error-message (EI0006), DCMI
+    (-8005) or the driver's (drvErr=87, DRV-87, DRV_ERROR_RESOURCE_OCCUPIED), from the published
+    tables with their source. A code missing from the tables but of a known class or module
+    gets that class's meaning (`exact`: false)."""
+    entry = codebook().lookup(code[:40])
     if entry is None:
         raise Invalid(
-            "code: not an Ascend error code the console knows (e.g. 507035, EI0006, -8005)",
+            "code: not an Ascend error code the console knows "
+            "(e.g. 507035, EI0006, -8005, drvErr=87)",
             field="code",
         )
     return entry.as_dict()

@@ -56,7 +56,7 @@ async def diagnose_page(request):
 def rules_page(request):
     """The knowledge base: every rule, the categories, checked folklore and fault-code levels."""
     book = rulebook()
-    code = request.GET.get("code", "").strip()[:16]
+    code = request.GET.get("code", "").strip()[:40]  # DRV_ERROR_RESOURCE_OCCUPIED is 27
     context = {
         "code_query": code,
         "code_entry": _look_up(code),

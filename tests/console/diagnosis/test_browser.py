@@ -66,6 +66,15 @@ def test_look_up_a_code_on_the_rules_page_and_see_a_symptom_only_answer(
     shots = os.environ.get("NPC_KEEP_SCREENSHOTS") or str(tmp_path)
     page.screenshot(path=shots + "/rules-code-lookup.png", full_page=False)
 
+    page.fill("#code-lookup input[name=code]", "drvErr=87")  # as a plog line prints it
+    page.click("#code-lookup button[type=submit]")
+    page.wait_for_function(
+        "document.querySelector('[data-code-result]').innerText.includes('DRV-87')"
+    )
+    driver = page.locator("[data-code-result]").inner_text()
+    assert "DRV_ERROR_RESOURCE_OCCUPIED" in driver and "device-busy" in driver
+    page.screenshot(path=shots + "/rules-driver-code-lookup.png", full_page=False)
+
     page.goto(f"{live_server.url}/diagnose/")
     page.fill(
         "#log-text",

@@ -265,6 +265,8 @@ def test_api_looks_up_a_code(viewer_client):
     assert body["source"]["url"].startswith("https://github.com/hicann/runtime/")
     driver = viewer_client.get("/api/v1/diagnose/codes/drvErr=87").json()
     assert driver["code"] == "DRV-87" and driver["kind"] == "driver"
+    by_name = viewer_client.get("/api/v1/diagnose/codes/DRV_ERROR_RESOURCE_OCCUPIED").json()
+    assert by_name["code"] == "DRV-87"
     unknown = viewer_client.get("/api/v1/diagnose/codes/EX1234")
     assert unknown.status_code == 422 and unknown.json()["field"] == "code"
 
@@ -272,6 +274,9 @@ def test_api_looks_up_a_code(viewer_client):
 def test_rules_page_looks_up_a_code(viewer_client):
     page = viewer_client.get("/diagnose/rules/", {"code": "EI0006"}).content.decode()
     assert "data-code-result" in page and "hccl-failure" in page and "EI0006" in page
+    driver = viewer_client.get("/diagnose/rules/", {"code": "drvErr=87"}).content.decode()
+    assert "data-code-result" in driver and "DRV_ERROR_RESOURCE_OCCUPIED" in driver
+    assert "device-busy" in driver and "hicann/driver" in driver
     fault = viewer_client.get("/diagnose/rules/", {"code": "80E01801"}).content.decode()
     assert "handling level" in fault
     nothing = viewer_client.get("/diagnose/rules/", {"code": "EX1234"}).content.decode()
