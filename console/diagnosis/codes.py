@@ -109,6 +109,12 @@ class CodeEntry:
     generic: bool = False
 
     @property
+    def timeout(self) -> bool:
+        """A code that says only that a task ran past its limit (ACL_ERROR_RT_FFTS_PLUS_TIMEOUT …):
+        the wait, not what made it wait."""
+        return self.name.upper().endswith("TIMEOUT")
+
+    @property
     def inner(self) -> bool:
         """A module's internal-error code (xx9000-xx9999: "Inner Error!") or a code the table
         marks generic: its words say less than the message on its line."""

@@ -380,7 +380,10 @@ def diagnose(
         if entry.code not in ruled_codes and not {e.line for e in hit.evidence} <= ruled_lines
     ]
     others += [(_from_reading(r, hit, key), hit) for r, hit, key in scanned.words.values()]
-    categories |= {d.category for d, _ in others if not d.symptom}
+    # a code that says only that a task ran past its limit (…_TIMEOUT) names no first cause: an
+    # HCCL wait rule is not the consequence of the FFTS+ timeout its own stuck collective makes
+    waited = {f"code:{entry.code}" for entry, _ in scanned.codes.values() if entry.timeout}
+    categories |= {d.category for d, _ in others if not d.symptom and d.rule not in waited}
     for rule, hit in fired:
         diagnosis = _from_rule(rule, hit, _demoted(rule, categories))
         candidates.append((_key(diagnosis, hit), diagnosis))

@@ -422,3 +422,21 @@ def test_a_stuck_collective_watchdog_is_a_hang_below_any_cause():
     found = diagnose(with_cause)
     assert found[0].category == "npu-oom"
     assert any(d.rule == "collective-watchdog-stuck" and d.symptom for d in found)
+
+
+def test_a_timeout_code_is_the_wait_not_the_cause_of_an_hccl_stall():
+    """vllm-ascend #1193: a stuck collective's own task times out (507048, FFTS+); the HCCL rule
+    is not demoted by it. Alone, the timeout code keeps its table category."""
+    sync = (
+        "(RayWorkerWrapper pid=11394, ip=10.0.1.4) ERROR 06-12 09:47:56 [worker_base.py:620] "
+        "RuntimeError: ACL stream synchronize failed, error code:507048\n"
+    )
+    stuck = (
+        "[rank8]:[W612 09:47:56.859970564 compiler_depend.ts:57] Warning: EI0002: The wait "
+        "execution of the Notify register times out. Reason: The Notify register has not "
+        "received the Notify record from remote rank [0].\n"
+    )
+    assert codes.codebook().lookup("507048").timeout
+    found = diagnose(sync + stuck)
+    assert found[0].category == "hccl-failure" and not found[0].symptom
+    assert diagnose(sync)[0].category == "op-exception"
