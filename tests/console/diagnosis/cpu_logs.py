@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -88,6 +89,7 @@ class Case:
     options: dict[str, object] = field(default_factory=dict)
     python: str = "engine"  # "engine" or "console" (an interpreter without vLLM)
     wrap: tuple[str, ...] = ()  # a command the server runs under (prlimit)
+    port_taken: bool = False  # another process already listens on the engine's port
 
     @property
     def source(self) -> str:
@@ -282,6 +284,24 @@ CASES = [
         "--quantization fp8 on the CPU backend",
         extra=("--quantization", "fp8"),
     ),
+    Case(
+        "port-taken",
+        "port-in-use",
+        "the engine's port is already held by another server on the host",
+        port_taken=True,
+    ),
+    Case(
+        "max-model-len-beyond-model",
+        "config-invalid",
+        "--max-model-len far beyond the model's max_position_embeddings",
+        options={"max_model_len": 100000},
+    ),
+    Case(
+        "flag-misspelt",
+        "config-invalid",
+        "a misspelt flag (--max-modle-len)",
+        extra=("--max-modle-len", "128"),
+    ),
 ]
 
 
@@ -305,11 +325,14 @@ def make(case: Case, tiny: Path, workdir: Path) -> Path:
     options = {"kv_cache_bytes": "64M", **case.options}
     cmd = [*case.wrap, *server_command(python, model, port, *case.extra, **options)]
     log = Path(tempfile.mkdtemp(dir=workdir)) / "vllm.log"
+    holder = _listen(port) if case.port_taken else None
     server = VllmServer(cmd, log, port=port, env=server_env(**case.env)).start()
     try:
         ready = _exit_or_ready(server, timeout=240)
     finally:
         server.stop()
+        if holder is not None:
+            holder.close()
     lines = [line for line in server.log_text().splitlines() if not re.search(ROUTE_LINE, line)]
     lines = lines[-MAX_LINES:]
     shown = " ".join(["python", *cmd[len(case.wrap) + 1 :]]).replace(str(model), "<model>")
@@ -323,6 +346,14 @@ def make(case: Case, tiny: Path, workdir: Path) -> Path:
     path = OUT / f"{case.name}.log"
     path.write_text("\n".join(header + lines) + "\n", encoding="utf-8")
     return path
+
+
+def _listen(port: int) -> socket.socket:
+    """Another server on the port, as an operator's forgotten engine would be."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", port))
+    holder.listen()
+    return holder
 
 
 def _exit_or_ready(server, timeout: float) -> str:
