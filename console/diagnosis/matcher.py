@@ -70,6 +70,9 @@ ENGINE_LOG = (
     r"^Thread \d+ \((?:idle|active)\): |" + HANG_WORDS
 )
 STARTED = "Application startup complete."
+UNREAD_EVIDENCE = 3  # error lines shown when nothing reads them
+# a line a program logged at an error level (not prose that mentions an error)
+_ERROR_LEVEL = compile_linear(r"\b(?:ERROR|FATAL|CRITICAL)\b|\[E\]|^E\d{4} ")
 _HANG_WORDS = compile_linear(HANG_WORDS)
 DEADLINE_EVERY = 256  # pieces between two looks at the clock
 _HEALTH = {v.lower(): v for v in HEALTH_VALUES}
@@ -402,6 +405,11 @@ def diagnose(
         last = _last_lines(text)
         if last and STARTED not in last[-1][1]:
             ranked.append(_quiet_log(last))
+    if not ranked:
+        said = [x for x in wording.error_lines(scanned.failure_lines) if _ERROR_LEVEL.search(x[1])]
+        said = said[:UNREAD_EVIDENCE]
+        if said:
+            ranked.append(_unread_error(said))
     return ranked
 
 
@@ -564,6 +572,35 @@ def _from_wording(guess: wording.Closest) -> Diagnosis:
         ),
         priority=10,
         confidence="low",
+    )
+
+
+def _unread_error(lines: list[tuple[int, str]]) -> Diagnosis:
+    """Error lines nothing reads (a component's own wording, its own code): not an empty answer,
+    but a symptom saying so, the lines as evidence, and what to collect next."""
+    hit = _Hits(0)
+    for number, text in lines:
+        hit.add(number, text)
+    return Diagnosis(
+        rule="unread-error",
+        category=SYMPTOM_CATEGORY,
+        severity="warning",
+        title="The log reports an error no rule, code table or known wording explains",
+        evidence=tuple(hit.evidence),
+        remediation=(
+            "Read the error lines shown and the component's own log they point to (MindIE: "
+            "$MINDIE_LOG_PATH, CANN: the plog), and search its code or message there.",
+        ),
+        explanation=(
+            "These lines report a failure (an error level or a failure word, not a warning), "
+            "but no rule, published code or known wording matches them: the console cannot "
+            "say what caused it, only where the log says something failed."
+        ),
+        links=(),
+        priority=5,
+        confidence="low",
+        symptom=True,
+        collect_next=COLLECT_NEXT,
     )
 
 

@@ -79,7 +79,20 @@ def has_error_line(lines: Iterable[tuple[int, str]]) -> bool:
     """Whether any of these failure lines has a failure word and no warning's level (an
     engine's start-up warns that a library "is not found", or that an entry point will be
     "unsupported" one day, and goes on)."""
-    return any(_STRONG.search(text) and not _WARNING_LEVEL.search(text) for _, text in lines)
+    return bool(error_lines(lines, first_only=True))
+
+
+def error_lines(
+    lines: Iterable[tuple[int, str]], *, first_only: bool = False
+) -> list[tuple[int, str]]:
+    """The failure lines with a failure word and no warning's level, in order."""
+    found = []
+    for number, text in lines:
+        if _STRONG.search(text) and not _WARNING_LEVEL.search(text):
+            found.append((number, text))
+            if first_only:
+                break
+    return found
 
 
 def tokens(line: str) -> set[str]:

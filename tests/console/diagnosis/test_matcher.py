@@ -66,7 +66,10 @@ def test_missing_driver_files_rank_above_the_hccl_error_they_cause():
 
 
 def test_generic_crash_rules_only_fire_on_crash_markers():
-    assert diagnose("ERROR something odd happened\nWARNING retrying") == []
+    # no crash rule; an error-level line nothing reads is said to be just that
+    odd = diagnose("ERROR something odd happened\nWARNING retrying")
+    assert _rules(odd) == ["unread-error"] and odd[0].symptom and odd[0].confidence == "low"
+    assert [e.line for e in odd[0].evidence] == [1]
     found = diagnose("Traceback (most recent call last):\nKeyError: 'x'")
     assert _rules(found) == ["python-traceback"]
 
@@ -260,3 +263,20 @@ def test_a_log_passed_on_by_a_collector_gets_the_same_answer_on_the_same_lines()
             assert _rules(passed)[:1] == _rules(plain)[:1], (name, prefix)
             lines = [e.line for e in passed[0].evidence]
             assert lines == [e.line for e in plain[0].evidence], (name, prefix)
+
+
+def test_an_error_line_nothing_reads_is_shown_not_an_empty_answer():
+    """gpustack #2221: MindIE's own code and wording, which no rule or table knows."""
+    text = (
+        "[2025-06-12 08:08:24.544+00:00] [12646] [12648] [server] [ERROR] [endpoint.cpp:45] : "
+        "[MIE04E02011C] [endpoint] Failed to init engine! Please check in the env "
+        "MINDIE_LOG_PATH (default ~/mindie/log) or console output.\n"
+        "[2025-06-12 08:08:24.544+00:00] [12646] [910B-36.141.20.235] [system] [server] "
+        "[Start mindie server] [fail]\n"
+    )
+    found = diagnose(text)
+    assert _rules(found) == ["unread-error"] and found[0].category == "engine-crash"
+    assert found[0].evidence[0].line == 1 and found[0].collect_next
+    # prose that mentions an error, and warnings, are not error lines: still nothing
+    assert diagnose("the docs say an error may happen when the card is busy") == []
+    assert diagnose("[WARNING] the first try failed, trying again") == []
