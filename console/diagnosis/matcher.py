@@ -188,16 +188,15 @@ _COLLECTOR_PREFIX = compile_linear(
 )
 
 
-_COLOUR_HINTS = ("\x1b", "^[[", "033[", "[0m", "[0;0m", "[00m")
-
-
 def clean(line: str) -> str:
     """The line as the engine wrote it: colour codes and a log collector's prefix removed.
     (Cheap looks first: most lines have neither, and this runs on every line.)"""
-    if "[" in line and any(hint in line for hint in _COLOUR_HINTS):
+    if "[" in line and (
+        "\x1b" in line or "^[[" in line or "033[" in line or "[0m" in line or "[0;0m" in line
+    ):
         line = _COLOUR.sub("", line)
     if (
-        "| " in line[:110]
+        line.find("| ", 0, 110) >= 0
         or (line[4:5] == "-" and line[10:11] == "T")
         or (line[3:4] == " " and line[9:10] == ":")
     ):
