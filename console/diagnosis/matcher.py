@@ -477,10 +477,13 @@ def _from_rule(compiled: CompiledRule, hit: _Hits, demoted: bool) -> Diagnosis:
     )
 
 
-def _answer(hit: _Hits, *, remedy: str, links: tuple = (), **fields) -> Diagnosis:
-    """A diagnosis from the tables or the vocabulary (not a rule): critical, one remedy."""
+def _answer(
+    hit: _Hits, *, remedy: str, links: tuple = (), severity: str = "critical", **fields
+) -> Diagnosis:
+    """A diagnosis that is not a rule's (tables, vocabulary, the matcher's own answers): one
+    remedy, critical unless said."""
     return Diagnosis(
-        severity="critical",
+        severity=severity,
         evidence=tuple(hit.evidence),
         remediation=(remedy,),
         links=links,
@@ -574,28 +577,31 @@ def _from_wording(guess: wording.Closest) -> Diagnosis:
     )
 
 
-def _unread_error(lines: list[tuple[int, str]]) -> Diagnosis:
-    """Error lines nothing reads (a component's own wording, its own code): not an empty answer,
-    but a symptom saying so, the lines as evidence, and what to collect next."""
+def _lines_hit(lines: list[tuple[int, str]]) -> _Hits:
     hit = _Hits(0)
     for number, text in lines:
         hit.add(number, text)
-    return Diagnosis(
+    return hit
+
+
+def _unread_error(lines: list[tuple[int, str]]) -> Diagnosis:
+    """Error lines nothing reads (a component's own wording, its own code): not an empty answer,
+    but a symptom saying so, the lines as evidence, and what to collect next."""
+    return _answer(
+        _lines_hit(lines),
         rule="unread-error",
         category=SYMPTOM_CATEGORY,
         severity="warning",
         title="The log reports an error no rule, code table or known wording explains",
-        evidence=tuple(hit.evidence),
-        remediation=(
+        remedy=(
             "Read the error lines shown and the component's own log they point to (MindIE: "
-            "$MINDIE_LOG_PATH, CANN: the plog), and search its code or message there.",
+            "$MINDIE_LOG_PATH, CANN: the plog), and search its code or message there."
         ),
         explanation=(
             "These lines report a failure (an error level or a failure word, not a warning), "
             "but no rule, published code or known wording matches them: the console cannot "
             "say what caused it, only where the log says something failed."
         ),
-        links=(),
         priority=5,
         confidence="low",
         symptom=True,
@@ -604,19 +610,16 @@ def _unread_error(lines: list[tuple[int, str]]) -> Diagnosis:
 
 
 def _quiet_log(last_lines: list[tuple[int, str]]) -> Diagnosis:
-    hit = _Hits(0)
-    for number, text in last_lines:
-        hit.add(number, text)
-    return Diagnosis(
+    return _answer(
+        _lines_hit(last_lines),
         rule="no-error-line",
         category="engine-hang",
         severity="warning",
         title="No error in this log: if the engine stopped here, it is stuck (a hang)",
-        evidence=tuple(hit.evidence),
-        remediation=(
+        remedy=(
             "Find where it waits while it hangs: `py-spy dump --pid <pid>` of every engine "
             "process, and `npu-smi info` for its NPUs' activity (and the rest of what to "
-            "collect, above).",
+            "collect, above)."
         ),
         explanation=(
             "No rule, code or known wording matched, and no line of the log reports an error: "
@@ -625,7 +628,6 @@ def _quiet_log(last_lines: list[tuple[int, str]]) -> Diagnosis:
             "where it stopped — loading weights, compiling or capturing graphs, waiting on a "
             "collective, or serving requests at 0 tokens/s."
         ),
-        links=(),
         priority=5,
         confidence="low",
         collect_next=QUIET_COLLECT_NEXT,
