@@ -7,13 +7,13 @@ from typing import Literal
 
 from ninja import Field, Schema
 
-from console.schemas import StrictIn
+from console.schemas import StrictIn, UtcDatetime
 
 
 class TokenIn(StrictIn):
     name: str = Field(..., min_length=1, max_length=100)
     scope: Literal["read", "write"] = "read"
-    expires_at: datetime | None = None
+    expires_at: UtcDatetime | None = None
     username: str | None = Field(None, description="admins only: create for another user")
     allowed_models: list[str] = Field(
         default_factory=list,
@@ -60,7 +60,7 @@ class AuditFilters(Schema):
     actor: str | None = None
     object_type: str | None = None
     object_id: str | None = None
-    since: datetime | None = None
+    since: UtcDatetime | None = None
 
 
 class MeOut(Schema):

@@ -7,7 +7,7 @@ from typing import Literal
 
 from ninja import Field, Schema
 
-from console.schemas import StrictIn
+from console.schemas import StrictIn, UtcDatetime
 
 
 class AcceleratorOut(Schema):
@@ -103,7 +103,7 @@ class ReleaseIn(StrictIn):
 
 class EnrollmentIn(StrictIn):
     name: str = Field(..., min_length=1, max_length=100)
-    expires_at: datetime | None = None
+    expires_at: UtcDatetime | None = None
     max_uses: int | None = Field(None, description="enrollments allowed; 1 = single use")
     node_pattern: str = Field("", description="node names it may enroll, a glob: rack-b-*")
 

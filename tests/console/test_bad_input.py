@@ -71,3 +71,26 @@ def test_non_integer_path_id_is_a_422_naming_it(operator_client):
     )
     assert resp.status_code == 422
     assert resp.json()["field"] == "accelerator_id"
+
+
+def test_times_need_an_offset_and_are_kept_in_utc(admin_client_):
+    # PostgreSQL refuses offsets past 15:59: `since=…+20:51` was a 500 from the audit list.
+    resp = admin_client_.get("/api/v1/audit", {"since": "2020-09-11T01:14:08+20:51"})
+    assert resp.status_code == 200, resp.content
+    naive = admin_client_.get("/api/v1/audit", {"since": "2020-09-11T01:14:08"})
+    assert naive.status_code == 422 and naive.json()["field"] == "since"
+    overflow = admin_client_.get("/api/v1/audit", {"since": "0001-01-01T00:00:00+01:00"})
+    assert overflow.status_code == 422 and overflow.json()["field"] == "since"
+
+
+def test_token_expiry_is_stored_in_utc_and_a_bare_time_is_refused(admin_client_):
+    def create(expires_at: str):
+        body = {"name": "t", "expires_at": expires_at}
+        return admin_client_.post("/api/v1/tokens", body, content_type="application/json")
+
+    made = create("2999-01-01T20:00:00+20:51")
+    assert made.status_code == 201, made.content
+    assert made.json()["expires_at"].startswith("2998-12-31T23:09:00")
+    for bad in ("2999-01-01T00:00:00", "9999-12-31T23:59:59-05:00"):
+        resp = create(bad)
+        assert resp.status_code == 422 and resp.json()["field"] == "expires_at", (bad, resp.content)
