@@ -6,6 +6,8 @@ which the API maps to 422 {"message", "field"} and the page shows next to the fi
 
 from __future__ import annotations
 
+import codecs
+import re
 import time
 
 from console.diagnosis.matcher import Diagnosis, DiagnosisTimeout, diagnose
@@ -30,6 +32,41 @@ def check_text(text: str) -> str:
             field="text",
         )
     return text
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_BOMS = (  # longest first: UTF-32 LE's mark begins with UTF-16 LE's
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
+def decode_log(data: bytes) -> str:
+    """A log file's bytes as text, in the encoding it was saved in.
+
+    A byte-order mark decides (Windows PowerShell's `>` writes UTF-16 LE with one); UTF-16
+    without one shows as a NUL beside every ASCII character. Then UTF-8, kept when most of its
+    multi-byte characters read (a log cut mid-character, a stray binary byte); else GB18030, what
+    a Chinese-locale terminal or Windows saves (its GBK subset), so those words stay readable;
+    else UTF-8 with U+FFFD for the bytes it cannot read."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            return data[len(bom) :].decode(encoding, errors="replace")
+    head = data[:4096]
+    if len(head) >= 2 and head.count(0) * 3 > len(head):
+        odd_nuls = head[1::2].count(0) > head[0::2].count(0)
+        return data.decode("utf-16-le" if odd_nuls else "utf-16-be", errors="replace")
+    text = data.decode("utf-8", errors="replace")
+    unread = text.count("\ufffd")
+    if not unread or unread * 4 < len(_NON_ASCII.findall(text)):
+        return text
+    try:
+        return data.decode("gb18030")
+    except UnicodeDecodeError:
+        return text
 
 
 def check_health(health: str | None) -> str | None:

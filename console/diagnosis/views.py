@@ -21,7 +21,7 @@ def _form_input(request) -> dict:
     if upload is not None:
         if upload.size > services.MAX_TEXT_BYTES:
             raise Invalid("text: the file is larger than 5 MB", field="text")
-        text = upload.read().decode("utf-8", errors="replace")
+        text = services.decode_log(upload.read())
     else:
         text = request.POST.get("text", "")
     raw_exit = request.POST.get("exit_code", "").strip()

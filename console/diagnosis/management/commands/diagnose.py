@@ -26,10 +26,11 @@ class Command(BaseCommand):
 
     def _read(self, name: str) -> str:
         if name == "-":
-            return sys.stdin.read()
+            raw = getattr(sys.stdin, "buffer", None)  # a text stream (tests) has no bytes
+            return sys.stdin.read() if raw is None else services.decode_log(raw.read())
         try:
-            with open(name, encoding="utf-8", errors="replace") as fh:
-                return fh.read()
+            with open(name, "rb") as fh:
+                return services.decode_log(fh.read())
         except OSError as exc:
             raise CommandError(f"cannot read {name}: {exc.strerror}", returncode=2) from None
 
