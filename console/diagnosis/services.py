@@ -15,6 +15,9 @@ from console.diagnosis.rulebook import HEALTH_VALUES
 from console.errors import Invalid
 
 MAX_TEXT_BYTES = 5 * 1024 * 1024  # 5 MB of log text (UTF-8)
+MAX_FILE_BYTES = 256 * 1024 * 1024  # a file named to the `diagnose` command (read whole)
+MAX_UPLOAD_BYTES = 32 * 1024 * 1024  # a file uploaded on the page: deploy/nginx's body limit
+HEAD_BYTES = 1024 * 1024  # of a file over MAX_TEXT_BYTES: its first MB and last 4 MB are read
 TIME_LIMIT_S = 10.0  # a pasted log's pass (5 MB of hostile text takes < 1 s: docs/diagnosis.md)
 _HEALTH = {v.lower(): v for v in HEALTH_VALUES}
 
@@ -67,6 +70,29 @@ def decode_log(data: bytes) -> str:
         return data.decode("gb18030")
     except UnicodeDecodeError:
         return text
+
+
+def excerpt(text: str) -> tuple[str, str | None]:
+    """A whole log file, as the command and the page's upload take it: over MAX_TEXT_BYTES,
+    its first MB (versions, settings, the first warnings) and its last 4 MB (the failure), cut
+    at line ends, with a line in place of what was left out. Returns the text and a note
+    saying what was left out (None when the whole log was kept)."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= MAX_TEXT_BYTES:
+        return text, None
+    tail_budget = MAX_TEXT_BYTES - HEAD_BYTES - 200  # the marker line fits in what is left
+    head_end = data.rfind(b"\n", 0, HEAD_BYTES) + 1 or HEAD_BYTES
+    tail_start = data.find(b"\n", len(data) - tail_budget) + 1 or len(data) - tail_budget
+    lines_out = data.count(b"\n", head_end, tail_start)
+    note = (
+        f"The log is {len(data) / 2**20:.1f} MB: read its first {head_end / 2**20:.1f} MB and "
+        f"its last {(len(data) - tail_start) / 2**20:.1f} MB; {lines_out:,} lines between them "
+        f"were left out (lines after the gap are numbered {max(lines_out - 1, 0):,} lower "
+        "than in the file)."
+    )
+    marker = f"[… {lines_out:,} lines left out: a diagnosis reads 5 MB …]\n"
+    head = data[:head_end].decode("utf-8", errors="replace")
+    return head + marker + data[tail_start:].decode("utf-8", errors="replace"), note
 
 
 def check_health(health: str | None) -> str | None:

@@ -19,17 +19,18 @@ def _form_input(request) -> dict:
     """The submitted log (file upload wins over the textarea) and optional exit code/health."""
     upload = request.FILES.get("file")
     if upload is not None:
-        if upload.size > services.MAX_TEXT_BYTES:
-            raise Invalid("text: the file is larger than 5 MB", field="text")
-        text = services.decode_log(upload.read())
+        if upload.size > services.MAX_UPLOAD_BYTES:
+            raise Invalid("text: the file is larger than 32 MB; upload its end", field="text")
+        text, note = services.excerpt(services.decode_log(upload.read()))
     else:
-        text = request.POST.get("text", "")
+        text, note = request.POST.get("text", ""), None
     raw_exit = request.POST.get("exit_code", "").strip()
     try:
         exit_code = int(raw_exit) if raw_exit else None
     except ValueError:
         raise Invalid("exit code: a whole number, e.g. 137", field="exit_code") from None
-    return {"text": text, "exit_code": exit_code, "health": request.POST.get("health") or None}
+    health = request.POST.get("health") or None
+    return {"text": text, "exit_code": exit_code, "health": health, "note": note}
 
 
 @role_required("viewer")
@@ -42,6 +43,7 @@ async def diagnose_page(request):
         try:
             values = await sync_to_async(_form_input)(request)
             context.update(values)
+            values.pop("note")
             found = await asyncio.to_thread(services.diagnose_text, **values)
             context["diagnoses"] = [d.as_dict() for d in found]
         except RequestDataTooBig:

@@ -27,15 +27,21 @@ class Command(BaseCommand):
     def _read(self, name: str) -> str:
         if name == "-":
             raw = getattr(sys.stdin, "buffer", None)  # a text stream (tests) has no bytes
-            return sys.stdin.read() if raw is None else services.decode_log(raw.read())
+            data = raw.read(services.MAX_FILE_BYTES + 1) if raw is not None else None
+            return sys.stdin.read() if data is None else services.decode_log(data)
         try:
             with open(name, "rb") as fh:
-                return services.decode_log(fh.read())
+                data = fh.read(services.MAX_FILE_BYTES + 1)
         except OSError as exc:
             raise CommandError(f"cannot read {name}: {exc.strerror}", returncode=2) from None
+        if len(data) > services.MAX_FILE_BYTES:
+            raise CommandError(f"{name}: larger than 256 MB; cut it to the failure", returncode=2)
+        return services.decode_log(data)
 
     def handle(self, *args, **options):
-        text = self._read(options["file"])
+        text, note = services.excerpt(self._read(options["file"]))
+        if note:
+            self.stderr.write(note)
         try:
             found = services.diagnose_text(
                 text=text,
