@@ -126,3 +126,27 @@ def test_an_engine_log_without_an_error_line_reads_as_a_stall(page, live_server,
     assert "py-spy dump" in first.inner_text()
     shots = os.environ.get("NPC_KEEP_SCREENSHOTS") or str(tmp_path)
     page.screenshot(path=shots + "/diagnose-stalled-engine.png", full_page=True)
+
+
+def test_upload_a_big_powershell_log_and_see_what_was_left_out(page, live_server, tmp_path):
+    """A 6 MB log saved by PowerShell (UTF-16 with a byte-order mark), the cause at its end:
+    uploaded, it is read in its encoding, its middle left out, and the page says so."""
+    _sign_in_at(page, f"{live_server.url}/diagnose/")
+    noise = "INFO 05-01 10:00:01 [metrics.py:2] Avg prompt throughput: 1.0 tokens/s\n"
+    text = noise * (3 * 2**20 // len(noise)) + "OSError: [Errno 98] Address already in use\n"
+    saved = tmp_path / "engine.log"
+    saved.write_bytes(text.encode("utf-16"))  # 6 MB on disk, 3 MB of text
+    bigger = tmp_path / "engine-big.log"
+    bigger.write_bytes((noise * (6 * 2**20 // len(noise)) + text).encode("utf-8"))
+    for upload in (saved, bigger):
+        page.set_input_files("#log-file", str(upload))
+        page.click("button:has-text('Diagnose')")
+        page.locator("#finding-1[data-rule=port-in-use]").wait_for()
+        note = page.locator("[data-note=excerpt]")
+        if upload is saved:  # 3 MB of text once decoded: read whole
+            assert note.count() == 0
+            page.evaluate("document.querySelector('#diagnosis-result').innerHTML = ''")
+    assert "lines between them were left out" in note.inner_text()
+    shots = os.environ.get("NPC_KEEP_SCREENSHOTS") or str(tmp_path)
+    note.scroll_into_view_if_needed()
+    page.screenshot(path=shots + "/diagnose-big-upload.png", full_page=False)
