@@ -15,8 +15,9 @@ from console.diagnosis.rulebook import HEALTH_VALUES, knowledge, rulebook
 from console.errors import Invalid
 
 
-def _form_input(request) -> dict:
-    """The submitted log (file upload wins over the textarea) and optional exit code/health."""
+def _form_input(request) -> tuple[dict, str | None]:
+    """The submitted log (file upload wins over the textarea) and optional exit code/health,
+    and what was left out of an uploaded file too big to read whole (services.excerpt)."""
     upload = request.FILES.get("file")
     if upload is not None:
         if upload.size > services.MAX_UPLOAD_BYTES:
@@ -30,7 +31,7 @@ def _form_input(request) -> dict:
     except ValueError:
         raise Invalid("exit code: a whole number, e.g. 137", field="exit_code") from None
     health = request.POST.get("health") or None
-    return {"text": text, "exit_code": exit_code, "health": health, "note": note}
+    return {"text": text, "exit_code": exit_code, "health": health}, note
 
 
 @role_required("viewer")
@@ -41,9 +42,8 @@ async def diagnose_page(request):
     context = {"health_values": HEALTH_VALUES, "submitted": request.method == "POST"}
     if request.method == "POST":
         try:
-            values = await sync_to_async(_form_input)(request)
+            values, context["note"] = await sync_to_async(_form_input)(request)
             context.update(values)
-            values.pop("note")
             found = await asyncio.to_thread(services.diagnose_text, **values)
             context["diagnoses"] = [d.as_dict() for d in found]
         except RequestDataTooBig:

@@ -27,13 +27,15 @@ class Command(BaseCommand):
     def _read(self, name: str) -> str:
         if name == "-":
             raw = getattr(sys.stdin, "buffer", None)  # a text stream (tests) has no bytes
-            data = raw.read(services.MAX_FILE_BYTES + 1) if raw is not None else None
-            return sys.stdin.read() if data is None else services.decode_log(data)
-        try:
-            with open(name, "rb") as fh:
-                data = fh.read(services.MAX_FILE_BYTES + 1)
-        except OSError as exc:
-            raise CommandError(f"cannot read {name}: {exc.strerror}", returncode=2) from None
+            if raw is None:
+                return sys.stdin.read()
+            data = raw.read(services.MAX_FILE_BYTES + 1)
+        else:
+            try:
+                with open(name, "rb") as fh:
+                    data = fh.read(services.MAX_FILE_BYTES + 1)
+            except OSError as exc:
+                raise CommandError(f"cannot read {name}: {exc.strerror}", returncode=2) from None
         if len(data) > services.MAX_FILE_BYTES:
             raise CommandError(f"{name}: larger than 256 MB; cut it to the failure", returncode=2)
         return services.decode_log(data)
