@@ -183,16 +183,45 @@ def admin_client_(admin_user):
 
 # --- browser (Playwright driving Debian's chromium; never `playwright install`) ----------------
 @pytest.hookimpl(trylast=True)  # after pytest-django's own ordering by database use
-def pytest_collection_modifyitems(config, items):
-    """Browser tests run last. Playwright's sync API keeps an event loop running in the main
-    thread for the rest of the session once the browser starts, and tests that run an event
-    loop of their own (asyncio.run, uvicorn in a thread) cannot start one after that."""
-    items.sort(
-        key=lambda item: (
-            item.get_closest_marker("browser") is not None
-            or bool({"browser", "page"} & set(getattr(item, "fixturenames", ())))
-        )
+def _in_a_browser(item: pytest.Item) -> bool:
+    return item.get_closest_marker("browser") is not None or bool(
+        {"browser", "page"} & set(getattr(item, "fixturenames", ()))
     )
+
+
+# What a test that meets the database or the shared Redis asks for (directly or through
+# another fixture: pytest lists the whole closure in item.fixturenames).
+_BACKEND_FIXTURES = {
+    "db",
+    "transactional_db",
+    "django_db_reset_sequences",
+    "django_db_serialized_rollback",
+    "live_server",
+    "clean_redis",
+}
+
+
+def _meets_the_backend(item: pytest.Item) -> bool:
+    """A test whose outcome can depend on PostgreSQL vs SQLite or TCP Redis vs the embedded
+    one: it uses the database or the shared Redis, and is not a browser, engine or fault test
+    (those run the same views and services, which the other tests cover on both)."""
+    if any(item.get_closest_marker(m) for m in ("engine", "faults")) or _in_a_browser(item):
+        return False
+    names = set(getattr(item, "fixturenames", ()))
+    return item.get_closest_marker("django_db") is not None or bool(_BACKEND_FIXTURES & names)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the marker added here
+def pytest_collection_modifyitems(config, items):
+    """Marks `backend` the tests CI runs a second time on PostgreSQL + Redis (`.ci/run`: the
+    whole suite runs on the embedded defaults first). Browser tests run last: Playwright's
+    sync API keeps an event loop running in the main thread for the rest of the session once
+    the browser starts, and tests that run an event loop of their own (asyncio.run, uvicorn in
+    a thread) cannot start one after that."""
+    for item in items:
+        if _meets_the_backend(item):
+            item.add_marker(pytest.mark.backend)
+    items.sort(key=_in_a_browser)
 
 
 # Session-wide and defined here once: a second sync_playwright() in the same process fails.

@@ -16,7 +16,7 @@ import pytest
 
 from tests.kit import REPO, free_port, wait_for
 
-pytestmark = pytest.mark.worker
+pytestmark = [pytest.mark.worker, pytest.mark.backend]  # it launches on DATABASE_URL
 
 
 def answers(url: str) -> bool:

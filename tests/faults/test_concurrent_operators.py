@@ -25,7 +25,7 @@ from console.inventory.services import transition_node
 from tests.helpers import client_for, make_user
 from tests.kit import make_deployment, make_node, wait_for
 
-pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.faults, pytest.mark.backend, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(autouse=True)

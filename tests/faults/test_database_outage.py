@@ -20,7 +20,7 @@ from django.db import connection
 from tests.helpers import client_for
 from tests.kit import Proc, child_env, free_port, wait_for
 
-pytestmark = [pytest.mark.faults]
+pytestmark = [pytest.mark.faults, pytest.mark.backend]
 
 
 def get(url: str, cookie: str):

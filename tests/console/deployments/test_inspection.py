@@ -181,16 +181,18 @@ def test_an_agent_that_never_answers_fails_the_inspection_after_the_timeout(
 def test_no_request_waits_much_more_than_a_second_when_the_agent_never_answers(
     operator_client, host
 ):
-    """Measured on the API and on the form's check (before: up to 20 s each)."""
+    """Measured on the API and on the form's check (before: up to 20 s each). The bound is
+    the wait plus the request's own work on a slow shared machine (CI has taken 0.7 s)."""
     for _ in range(2):
         started = time.monotonic()
         resp = create(operator_client)
         took = time.monotonic() - started
-        assert resp.status_code == 409 and took < 1.5, took
+        assert resp.status_code == 409 and took < inspection.WAIT_S + 2.0, took
         started = time.monotonic()
         page = operator_client.post("/deployments/validate", FORM, HTTP_HX_REQUEST="true")
         took = time.monotonic() - started
-        assert 'data-testid="inspecting"' in page.content.decode() and took < 1.5, took
+        assert 'data-testid="inspecting"' in page.content.decode()
+        assert took < inspection.WAIT_S + 2.0, took
     assert len(commands(host)) == 1  # all four waited on the one pending ask
 
 

@@ -130,13 +130,17 @@ def test_the_rule_set_finds_exactly_what_each_regex_alone_finds():
     assert checked > 50  # the samples do exercise the rules
 
 
-def test_ten_thousand_lines_in_well_under_a_second():
+def test_ten_thousand_lines_in_a_few_seconds_at_worst():
+    """About 0.2 s on a 2-core development machine; CI's shared machines have run the suite
+    six times slower, so the bound is wide. What it catches is a pass gone quadratic (the
+    backtracking engine took seconds on one 300 KB line); bench/diagnosis_adversarial.py holds
+    the figure."""
     lines = "\n".join(log_text(p) for p in error_samples()).splitlines()
     text = "\n".join((lines * (10_000 // len(lines) + 1))[:10_000])
     diagnose(text)
     start = time.perf_counter()
     found = diagnose(text)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 3.0
     assert found and len({d.rule for d in found}) == len(found)
 
 
@@ -156,12 +160,12 @@ def test_adversarial_lines_from_every_rules_own_words_are_read_in_linear_time():
         t_small = min(_timed(small) for _ in range(3))
         t_big = min(_timed(big) for _ in range(3))
         assert t_big < 6 * t_small + 0.05, (shape, t_small, t_big)  # 4x the text, ~4x time
-        assert t_big < 1.0, (shape, t_big)
+        assert t_big < 3.0, (shape, t_big)  # ~0.1 s here; wide for slow shared CI machines
 
 
 def test_the_issue_line_that_took_5_seconds():
     line = "/health: no answer: " * 15_000  # 300 KB, 5.4 s with the backtracking engine
-    assert _timed(line) < 0.5
+    assert _timed(line) < 2.0  # ~0.05 s here; wide for slow shared CI machines
 
 
 def test_a_deadline_stops_the_pass():

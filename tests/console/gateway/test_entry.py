@@ -145,7 +145,7 @@ def test_a_stale_routing_table_is_read_again_in_the_background(monkeypatch, gate
 
     def read_table():
         reads.append(time.monotonic())
-        time.sleep(0.3)
+        time.sleep(1.0)  # long beside the bound below: a request that waited shows
         return routing.Table(at=time.monotonic(), by_model={"m": ups(len(reads) + 1)})
 
     monkeypatch.setattr(routing, "_read_table", read_table)
@@ -169,7 +169,7 @@ def test_a_stale_routing_table_is_read_again_in_the_background(monkeypatch, gate
         return first, took, fresh, waited
 
     first, took, fresh, waited = asyncio.run(body())
-    assert all(len(t.by_model["m"]) == 1 for t in first) and took < 0.2  # none waited
+    assert all(len(t.by_model["m"]) == 1 for t in first) and took < 0.8  # none waited
     assert len(fresh.by_model["m"]) == 2  # the one background read
     assert len(waited.by_model["m"]) == 3 and len(reads) == 2  # the second read, waited for
 

@@ -69,7 +69,7 @@ def test_unreadable_disk_path_reports_an_error(tmp_path) -> None:
 def test_host_metrics_keys_and_no_blocking(tmp_path) -> None:
     started = time.monotonic()
     metrics = host_metrics([str(tmp_path)], root=fake_root(tmp_path, KUNPENG_CPUINFO))
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 0.9  # a blocking cpu_percent(interval=1) takes 1 s
     assert set(metrics) == {
         "hostname", "arch", "cpu_model", "cpu_cores", "cpu_percent", "load_avg",
         "memory_total_mb", "memory_used_mb", "disks", "numa_node_count", "numa_cpulists",
