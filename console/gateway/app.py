@@ -28,6 +28,8 @@ import aiohttp
 import anyio
 import orjson
 from redis import asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -91,13 +93,22 @@ def client() -> aiohttp.ClientSession:
     return c
 
 
+def new_redis(url: str) -> aioredis.Redis:
+    """The gateway's Redis client: one immediate retry (a pooled connection Redis dropped on a
+    restart), never a backoff, and a connect that gives up after 0.5 s (it was socket_timeout's
+    5 s) — serving must go on at once without Redis (entry.DOWN_S)."""
+    return aioredis.Redis.from_url(
+        url, socket_timeout=5, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 1)
+    )
+
+
 def redis_client() -> aioredis.Redis:
     from django.conf import settings
 
     key = _loop_key()
     r = _redis.get(key)
     if r is None:
-        r = _redis[key] = aioredis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+        r = _redis[key] = new_redis(settings.REDIS_URL)
     return r
 
 

@@ -9,14 +9,14 @@ import asyncio
 import time
 from collections import Counter
 
-from redis import asyncio as aioredis
-
 from console.gateway import auth, entry, limits, routing
+from console.gateway.app import new_redis
 from console.gateway.entry import admit_and_pick
 from console.gateway.limits import Admission, Limiter, Refusal, Table
 from console.gateway.routing import Overloaded, Router
 from tests.console.gateway.test_limits import row
 from tests.console.gateway.test_shared_routing import run, ups
+from tests.kit import closed_port
 
 
 def limiter(rows: dict, version: str = "0") -> Limiter:
@@ -113,12 +113,14 @@ def test_overloaded_still_returns_the_admission_to_end(redis_url, clean_redis):
     assert admission.holds_slots  # counted: the caller's count() frees it
 
 
-def test_without_redis_it_serves_unlimited_on_this_process_alone(caplog):
+def test_without_redis_it_serves_unlimited_on_this_process_alone_at_once(caplog):
+    """With the gateway's own client (this test built a redis-py client with the
+    constructor's default, ten retries with backoff, and its three requests took 12 s)."""
     upstreams = ups(2)
     lim, router = limiter({(1, ""): row(rpm=1)}), router_for(upstreams)
 
     async def body():
-        dead = aioredis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+        dead = new_redis(f"redis://127.0.0.1:{closed_port()}/0")
         try:
             return [
                 await admit_and_pick(dead, lim, router, "m", upstreams, token_id=1, affinity=None)
@@ -127,10 +129,42 @@ def test_without_redis_it_serves_unlimited_on_this_process_alone(caplog):
         finally:
             await dead.aclose()
 
+    started = time.monotonic()
     results = asyncio.run(body())
+    assert time.monotonic() - started < 1.0
     assert all(not isinstance(x, Refusal) for x in results)
     assert all(adm.limits == () and not lease.shared for adm, _, lease in results)
     assert router.inflight.total() == 3
+
+
+def test_after_redis_failed_a_request_the_next_ones_skip_it_for_a_second(monkeypatch):
+    """A Redis that hangs instead of refusing (a lost network) costs one request its timeout,
+    not every request: for DOWN_S the others are served without asking it, then it is
+    asked again."""
+    upstreams = ups(2)
+    lim, router = limiter({}), router_for(upstreams)
+    asked = []
+
+    def script(redis, text):
+        async def run(keys, args):
+            asked.append(time.monotonic())
+            raise TimeoutError("Timeout reading from 10.0.0.9:6379")
+
+        return run
+
+    monkeypatch.setattr(router, "script", script)
+
+    async def serve(n):
+        return [
+            await admit_and_pick(None, lim, router, "m", upstreams, token_id=1, affinity=None)
+            for _ in range(n)
+        ]
+
+    results = asyncio.run(serve(5))
+    assert len(asked) == 1 and all(not lease.shared for _, _, lease in results)
+    entry._down_until = time.monotonic() - 0.001  # DOWN_S has passed
+    asyncio.run(serve(1))
+    assert len(asked) == 2
 
 
 def test_the_combined_script_wraps_the_two_scripts_unchanged():
