@@ -53,6 +53,12 @@ def _break_config(model: Path) -> None:
     config.write_text(config.read_text()[:-40], encoding="utf-8")
 
 
+def _break_tokenizer_config(model: Path) -> None:
+    config = model / "tokenizer_config.json"
+    text = config.read_text()
+    config.write_text(text[: len(text) // 2], encoding="utf-8")
+
+
 def _empty(model: Path) -> Path:
     empty = model.parent / "empty-model"
     empty.mkdir()
@@ -301,6 +307,73 @@ CASES = [
         "config-invalid",
         "a misspelt flag (--max-modle-len)",
         extra=("--max-modle-len", "128"),
+    ),
+    # -- the fourth set (2026-12-05): written, then made, then scored before any change it drove;
+    # labels by the mistake, as above ---------------------------------------------------------
+    Case(
+        "tensor-parallel-not-dividing-heads",
+        "config-invalid",
+        "--tensor-parallel-size 3 for a model whose attention heads do not divide by 3",
+        extra=("--tensor-parallel-size", "3"),
+    ),
+    Case(
+        "kv-cache-dtype-invalid",
+        "config-invalid",
+        "--kv-cache-dtype int4 (not a KV cache type vLLM offers)",
+        extra=("--kv-cache-dtype", "int4"),
+    ),
+    Case(
+        "omp-bind-beyond-the-cpus",
+        "config-invalid",
+        "VLLM_CPU_OMP_THREADS_BIND names CPUs 60-63 on a 2-CPU machine",
+        env={"VLLM_CPU_OMP_THREADS_BIND": "60-63"},
+    ),
+    Case(
+        "tokenizer-config-corrupt",
+        "model-not-found",
+        "tokenizer_config.json cut in half by a failed copy",
+        change=_break_tokenizer_config,
+    ),
+    Case(
+        "load-format-gguf",
+        "config-invalid",
+        "--load-format gguf for a safetensors model",
+        extra=("--load-format", "gguf"),
+    ),
+    Case(
+        "tls-key-missing",
+        "config-invalid",
+        "--ssl-keyfile and --ssl-certfile name files that are not there",
+        extra=(
+            "--ssl-keyfile",
+            "/etc/engine/tls/no-such.key",
+            "--ssl-certfile",
+            "/etc/engine/tls/no-such.crt",
+        ),
+    ),
+    Case(
+        "ray-backend-not-installed",
+        "version-mismatch",
+        "--distributed-executor-backend ray where Ray is not installed",
+        extra=("--distributed-executor-backend", "ray"),
+    ),
+    Case(
+        "hf-config-path-wrong",
+        "model-not-found",
+        "--hf-config-path names a directory that is not there",
+        extra=("--hf-config-path", "/models/no-such-config"),
+    ),
+    Case(
+        "block-size-invalid",
+        "config-invalid",
+        "--block-size 7 (not a block size vLLM offers)",
+        extra=("--block-size", "7"),
+    ),
+    Case(
+        "attention-backend-unknown",
+        "config-invalid",
+        "--attention-backend NO_SUCH_BACKEND",
+        extra=("--attention-backend", "NO_SUCH_BACKEND"),
     ),
 ]
 
