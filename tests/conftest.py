@@ -211,16 +211,19 @@ def _meets_the_backend(item: pytest.Item) -> bool:
     return item.get_closest_marker("django_db") is not None or bool(_BACKEND_FIXTURES & names)
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the marker added here
-def pytest_collection_modifyitems(config, items):
+def pytest_itemcollected(item):
     """Marks `backend` the tests CI runs a second time on PostgreSQL + Redis (`.ci/run`: the
-    whole suite runs on the embedded defaults first). Browser tests run last: Playwright's
-    sync API keeps an event loop running in the main thread for the rest of the session once
-    the browser starts, and tests that run an event loop of their own (asyncio.run, uvicorn in
-    a thread) cannot start one after that."""
-    for item in items:
-        if _meets_the_backend(item):
-            item.add_marker(pytest.mark.backend)
+    whole suite runs on the embedded defaults first). Here, as each test is collected: `-m`
+    selects on it later, and the order below is left to pytest_collection_modifyitems."""
+    if _meets_the_backend(item):
+        item.add_marker(pytest.mark.backend)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Browser tests run last. Playwright's sync API keeps an event loop running in the main
+    thread for the rest of the session once the browser starts, and tests that run an event
+    loop of their own (asyncio.run, uvicorn in a thread) cannot start one after that. (Not
+    tryfirst: pytest-django's reordering is, and must come before this.)"""
     items.sort(key=_in_a_browser)
 
 
