@@ -182,7 +182,6 @@ def admin_client_(admin_user):
 
 
 # --- browser (Playwright driving Debian's chromium; never `playwright install`) ----------------
-@pytest.hookimpl(trylast=True)  # after pytest-django's own ordering by database use
 def _in_a_browser(item: pytest.Item) -> bool:
     return item.get_closest_marker("browser") is not None or bool(
         {"browser", "page"} & set(getattr(item, "fixturenames", ()))
@@ -219,11 +218,11 @@ def pytest_itemcollected(item):
         item.add_marker(pytest.mark.backend)
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-django's own ordering by database use
 def pytest_collection_modifyitems(config, items):
     """Browser tests run last. Playwright's sync API keeps an event loop running in the main
     thread for the rest of the session once the browser starts, and tests that run an event
-    loop of their own (asyncio.run, uvicorn in a thread) cannot start one after that. (Not
-    tryfirst: pytest-django's reordering is, and must come before this.)"""
+    loop of their own (asyncio.run, uvicorn in a thread) cannot start one after that."""
     items.sort(key=_in_a_browser)
 
 
