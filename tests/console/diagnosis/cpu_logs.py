@@ -74,6 +74,20 @@ def _edit_config(**changes: object) -> Callable[[Path], None]:
     return change
 
 
+def _tokenizer_needs_remote_code(model: Path) -> None:
+    """A tokenizer class that ships beside the model (auto_map), as ChatGLM's and InternLM's do."""
+    path = model / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    config["tokenizer_class"] = "TinyFooTokenizer"
+    config["auto_map"] = {"AutoTokenizer": ["tokenization_tinyfoo.TinyFooTokenizer", None]}
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    (model / "tokenization_tinyfoo.py").write_text(
+        "from transformers import PreTrainedTokenizerFast\n\n\n"
+        "class TinyFooTokenizer(PreTrainedTokenizerFast):\n    pass\n",
+        encoding="utf-8",
+    )
+
+
 # a model of its own type whose code ships beside it (auto_map): transformers needs remote code
 _CUSTOM_MODEL = _edit_config(
     model_type="tinyfoo",
@@ -374,6 +388,69 @@ CASES = [
         "config-invalid",
         "--attention-backend NO_SUCH_BACKEND",
         extra=("--attention-backend", "NO_SUCH_BACKEND"),
+    ),
+    # -- the fifth set (2026-12-05, fourth session): written, then made, then scored before any
+    # change it drove; labels by the mistake, as above ---------------------------------------
+    Case(
+        "lora-adapter-missing",
+        "model-not-found",
+        "--lora-modules names an adapter directory that is not there",
+        extra=("--enable-lora", "--lora-modules", "sql=/models/adapters/no-such-sql-lora"),
+    ),
+    Case(
+        "chat-template-file-missing",
+        "config-invalid",
+        "--chat-template names a template file that is not there",
+        extra=("--chat-template", "/etc/engine/templates/no-such-template.jinja"),
+    ),
+    Case(
+        "reasoning-parser-unknown",
+        "config-invalid",
+        "--reasoning-parser names a parser vLLM does not have",
+        extra=("--reasoning-parser", "no_such_parser"),
+    ),
+    Case(
+        "tool-parser-unknown",
+        "config-invalid",
+        "--enable-auto-tool-choice with a --tool-call-parser vLLM does not have",
+        extra=("--enable-auto-tool-choice", "--tool-call-parser", "no_such_parser"),
+    ),
+    Case(
+        "speculative-ngram-incomplete",
+        "config-invalid",
+        "--speculative-config asks for ngram without num_speculative_tokens",
+        extra=("--speculative-config", '{"method": "ngram"}'),
+    ),
+    Case(
+        "hf-overrides-bad-json",
+        "config-invalid",
+        "--hf-overrides with JSON cut short",
+        extra=("--hf-overrides", '{"rope_scaling": {"rope_type": "dynamic"'),
+    ),
+    Case(
+        "hub-tokenizer-offline",
+        "model-not-found",
+        "--tokenizer names a hub id on a machine with no hub access (HF_HUB_OFFLINE=1)",
+        extra=("--tokenizer", "acme/tiny-llama-tokenizer"),
+        env={"HF_HUB_OFFLINE": "1"},
+    ),
+    Case(
+        "tokenizer-mode-mistral",
+        "config-invalid",
+        "--tokenizer-mode mistral for a model without a Mistral tokenizer",
+        extra=("--tokenizer-mode", "mistral"),
+    ),
+    Case(
+        "bitsandbytes-not-installed",
+        "version-mismatch",
+        "--quantization bitsandbytes where bitsandbytes is not installed",
+        extra=("--quantization", "bitsandbytes"),
+    ),
+    Case(
+        "tokenizer-needs-remote-code",
+        "remote-code-required",
+        "a tokenizer class shipped beside the model, started without --trust-remote-code",
+        change=_tokenizer_needs_remote_code,
     ),
 ]
 
