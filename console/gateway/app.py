@@ -28,8 +28,6 @@ import aiohttp
 import anyio
 import orjson
 from redis import asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -40,6 +38,7 @@ from . import usage
 from .auth import Principal, authenticate
 from .entry import admit_and_pick
 from .limits import Admission, Limiter, Refusal
+from .redisclient import new_redis
 from .routing import Lease, Overloaded, Router, Upstream, affinity_key
 
 log = logging.getLogger("console.gateway")
@@ -91,15 +90,6 @@ def client() -> aiohttp.ClientSession:
             auto_decompress=False,
         )
     return c
-
-
-def new_redis(url: str) -> aioredis.Redis:
-    """The gateway's Redis client: one immediate retry (a pooled connection Redis dropped on a
-    restart), never a backoff, and a connect that gives up after 0.5 s (it was socket_timeout's
-    5 s) — serving must go on at once without Redis (entry.DOWN_S)."""
-    return aioredis.Redis.from_url(
-        url, socket_timeout=5, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 1)
-    )
 
 
 def redis_client() -> aioredis.Redis:

@@ -4,13 +4,11 @@ request in, the pick. Both scripts are the ones limits.py and routing.py run alo
 wrapped as a Lua function whose parameters shadow KEYS and ARGV), so the combined path
 decides exactly what the two calls in a row would, atomically. Measured: one round trip of
 the two the request path made before it was sent (docs/gateway.md). When Redis fails, the
-request is served unlimited on this process's own counts, and the next ones skip Redis for
-DOWN_S instead of each waiting on it.
+request is served unlimited on this process's own counts; the gateway's client (redisclient.py)
+then fails the next calls at once for its breaker's DOWN_S instead of each waiting on Redis.
 """
 
 from __future__ import annotations
-
-import time
 
 from .limits import ADMIT, Admission, Limiter, Refusal
 from .routing import PICK, Lease, Overloaded, Router, Upstream
@@ -45,14 +43,6 @@ return {{-1, '', unpack(p)}}
 """
 
 
-DOWN_S = 1.0  # after Redis failed a request, this process serves without it this long
-_down_until = 0.0  # time.monotonic() before which a request does not try Redis
-
-
-class RedisDown(Exception):
-    """Redis failed a request a moment ago: this one is not held trying it again."""
-
-
 async def admit_and_pick(
     redis,
     limiter: Limiter,
@@ -67,7 +57,6 @@ async def admit_and_pick(
     with the model overloaded (the admission is counted: the caller ends it), or its
     admission, the upstreams in the order to try and its lease."""
     # one pick plan for both tries: a "stale" answer ran no part of the pick
-    global _down_until
     pick = router.plan(model, upstreams, token_id=token_id, affinity=affinity)
     force = False
     for _ in range(2):
@@ -75,14 +64,10 @@ async def admit_and_pick(
         keys = plan.keys if plan else []
         args = plan.args if plan else []
         try:
-            if time.monotonic() < _down_until:
-                raise RedisDown(f"Redis failed a request less than {DOWN_S:g} s ago")
             reply = await router.script(redis, ADMIT_AND_PICK)(
                 keys=[*keys, *pick.keys], args=[len(keys), len(args), *args, *pick.args]
             )
         except Exception as exc:  # serving outranks limiting and sharing
-            if not isinstance(exc, RedisDown):
-                _down_until = time.monotonic() + DOWN_S
             admission = limiter.unlimited(plan, exc)
             return (admission, *await router.alone(pick, exc))
         index, what, *picked = reply

@@ -9,7 +9,7 @@ from tests.kit.agents import start_agent
 from tests.kit.api import post_deployment
 from tests.kit.factories import make_deployment, make_node, make_replica
 from tests.kit.fake_engine import FakeEngine, install_as_vllm
-from tests.kit.ports import closed_port, free_port, on_free_port
+from tests.kit.ports import closed_port, free_port, on_free_port, silent_server
 from tests.kit.processes import REPO, Proc, child_env, database_url, kill_engines_of
 from tests.kit.waiting import wait_for
 
@@ -28,6 +28,7 @@ __all__ = [
     "make_replica",
     "on_free_port",
     "post_deployment",
+    "silent_server",
     "start_agent",
     "wait_for",
 ]

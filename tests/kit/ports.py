@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -18,6 +19,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def silent_server() -> Iterator[int]:
+    """A loopback port where a connection is made (the kernel completes it from the listen
+    backlog) and then nothing is ever answered: a server that hangs, as a stopped Redis or a
+    lost network looks to a client. Yields the port."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    try:
+        yield s.getsockname()[1]
+    finally:
+        s.close()
 
 
 def closed_port() -> int:

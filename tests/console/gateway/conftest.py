@@ -13,13 +13,13 @@ from console.hot import get_redis
 
 @pytest.fixture(autouse=True)
 def redis_trusted_again():
-    """A test that made Redis fail leaves the request path skipping it for entry.DOWN_S: not
-    into the next test."""
-    from console.gateway import entry
+    """A test that made Redis fail leaves the gateway's client skipping it for the breaker's
+    DOWN_S: not into the next test."""
+    from console.gateway.redisclient import breaker
 
-    entry._down_until = 0.0
+    breaker.reset()
     yield
-    entry._down_until = 0.0
+    breaker.reset()
 
 
 @pytest.fixture

@@ -9,14 +9,14 @@ import asyncio
 import time
 from collections import Counter
 
-from console.gateway import auth, entry, limits, routing
-from console.gateway.app import new_redis
+from console.gateway import auth, entry, limits, redisclient, routing
 from console.gateway.entry import admit_and_pick
 from console.gateway.limits import Admission, Limiter, Refusal, Table
+from console.gateway.redisclient import new_redis
 from console.gateway.routing import Overloaded, Router
 from tests.console.gateway.test_limits import row
 from tests.console.gateway.test_shared_routing import run, ups
-from tests.kit import closed_port
+from tests.kit import closed_port, silent_server
 
 
 def limiter(rows: dict, version: str = "0") -> Limiter:
@@ -137,34 +137,31 @@ def test_without_redis_it_serves_unlimited_on_this_process_alone_at_once(caplog)
     assert router.inflight.total() == 3
 
 
-def test_after_redis_failed_a_request_the_next_ones_skip_it_for_a_second(monkeypatch):
-    """A Redis that hangs instead of refusing (a lost network) costs one request its timeout,
-    not every request: for DOWN_S the others are served without asking it, then it is
-    asked again."""
+def test_after_redis_hung_on_a_request_the_next_ones_skip_it_for_a_second():
+    """A Redis that hangs instead of refusing (a lost network, a stopped process) costs one
+    request its reply timeout, not every request: for the breaker's DOWN_S the others are
+    served without asking it, then it is asked again."""
     upstreams = ups(2)
-    lim, router = limiter({}), router_for(upstreams)
-    asked = []
-
-    def script(redis, text):
-        async def run(keys, args):
-            asked.append(time.monotonic())
-            raise TimeoutError("Timeout reading from 10.0.0.9:6379")
-
-        return run
-
-    monkeypatch.setattr(router, "script", script)
+    lim, router = limiter({(1, ""): row(rpm=1)}), router_for(upstreams)
 
     async def serve(n):
-        return [
-            await admit_and_pick(None, lim, router, "m", upstreams, token_id=1, affinity=None)
-            for _ in range(n)
-        ]
+        with silent_server() as port:
+            hung = new_redis(f"redis://127.0.0.1:{port}/0", socket_timeout=0.3)
+            took = []
+            for _ in range(n):
+                began = time.monotonic()
+                result = await admit_and_pick(
+                    hung, lim, router, "m", upstreams, token_id=1, affinity=None
+                )
+                took.append(time.monotonic() - began)
+                assert not isinstance(result, Refusal) and not result[2].shared
+            await hung.aclose()
+            return took
 
-    results = asyncio.run(serve(5))
-    assert len(asked) == 1 and all(not lease.shared for _, _, lease in results)
-    entry._down_until = time.monotonic() - 0.001  # DOWN_S has passed
-    asyncio.run(serve(1))
-    assert len(asked) == 2
+    took = asyncio.run(serve(5))
+    assert took[0] >= 0.3 and max(took[1:]) < 0.1
+    redisclient.breaker.down_until = time.monotonic() - 0.001  # DOWN_S has passed
+    assert asyncio.run(serve(1))[0] >= 0.3  # asked again
 
 
 def test_the_combined_script_wraps_the_two_scripts_unchanged():

@@ -1,0 +1,106 @@
+"""The gateway's Redis client, with one breaker for every call it makes.
+
+Serving outranks limiting and sharing: every gateway call to Redis (a request's admission and
+pick, the count after the response, a stream's lease renewals, failover's move) already falls
+back to this process's own counts when Redis fails. What a failing Redis must not do is hold
+each of those calls for its timeout: a Redis that hangs (a lost network, a stopped process)
+answers nothing, and every call would wait `socket_timeout` before falling back. So the
+client trips a breaker when a call fails for want of Redis (a connection refused, lost or
+timed out); for DOWN_S after that, every call on this process raises RedisDown at once,
+without touching the network; the first call after DOWN_S tries Redis again. An error Redis
+answered (a script error, a wrong type) says nothing about its health and trips nothing.
+
+The breaker is per process, like the fallback counts it protects.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from redis import asyncio as aioredis
+from redis.asyncio.client import Pipeline
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+DOWN_S = 1.0  # after Redis failed a call, this process goes on without it this long
+# The gateway's scripts and pipelines take well under a millisecond; a reply a second late is
+# a Redis that hangs (the first call to find it so waits this long, then the breaker opens).
+SOCKET_TIMEOUT_S = 1.0
+
+# A failure that means Redis is not there: redis-py's own, and the builtins a socket or an
+# asyncio timeout raise beneath it.
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError, OSError)
+
+
+class RedisDown(RedisConnectionError):
+    """Redis failed a call less than DOWN_S ago: this one is not held trying it again."""
+
+
+class Breaker:
+    """Open for DOWN_S after a call found Redis unreachable."""
+
+    def __init__(self, down_s: float = DOWN_S) -> None:
+        self.down_s = down_s
+        self.down_until = 0.0  # time.monotonic() before which no call tries Redis
+
+    def check(self) -> None:
+        """Raise RedisDown while the breaker is open."""
+        if time.monotonic() < self.down_until:
+            raise RedisDown(f"Redis failed a call less than {self.down_s:g} s ago")
+
+    def trip(self) -> None:
+        self.down_until = time.monotonic() + self.down_s
+
+    def reset(self) -> None:
+        self.down_until = 0.0
+
+    async def call(self, run: Any, *args: Any, **kwargs: Any) -> Any:
+        self.check()
+        try:
+            return await run(*args, **kwargs)
+        except RedisDown:
+            raise
+        except UNREACHABLE:
+            self.trip()
+            raise
+
+
+breaker = Breaker()
+
+
+class BreakerPipeline(Pipeline):
+    """A pipeline whose round trip goes through the breaker (queuing a command does not)."""
+
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        return await breaker.call(super().execute, raise_on_error)
+
+
+class BreakerRedis(aioredis.Redis):
+    """redis.asyncio.Redis whose every command and pipeline goes through the breaker.
+
+    Scripts too: a registered script's call is an EVALSHA command (and a SCRIPT LOAD when
+    Redis lost it), both through execute_command."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        return await breaker.call(super().execute_command, *args, **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
+        return BreakerPipeline(
+            self.connection_pool, self.response_callbacks, transaction, shard_hint
+        )
+
+
+def new_redis(url: str, *, socket_timeout: float = SOCKET_TIMEOUT_S) -> BreakerRedis:
+    """The gateway's Redis client: a connect that gives up after 0.5 s, a reply after
+    SOCKET_TIMEOUT_S, one immediate retry when a pooled connection was lost (Redis restarted)
+    but none after a timeout (a Redis that hangs would hold the call twice), never a backoff,
+    and the breaker: serving goes on at once without Redis."""
+    return BreakerRedis.from_url(
+        url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=0.5,
+        retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+    )
