@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -20,6 +21,14 @@ def redis_trusted_again():
     breaker.reset()
     yield
     breaker.reset()
+
+
+@pytest.fixture(autouse=True)
+def collector_unfrozen():
+    """A test that ran the gateway's lifespan froze the test process's objects (gc.freeze):
+    they are the collector's again after it."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture
