@@ -30,9 +30,9 @@ DOWN_S = 1.0  # after Redis failed a call, this process goes on without it this 
 # a Redis that hangs (the first call to find it so waits this long, then the breaker opens).
 SOCKET_TIMEOUT_S = 1.0
 
-# A failure that means Redis is not there: redis-py's own, and the builtins a socket or an
-# asyncio timeout raise beneath it.
-UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError, OSError)
+# A failure that means Redis is not there: redis-py's own, and what a socket or an asyncio
+# timeout raises beneath it (OSError: ConnectionError and TimeoutError are among its kinds).
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 class RedisDown(RedisConnectionError):
@@ -61,8 +61,6 @@ class Breaker:
         self.check()
         try:
             return await run(*args, **kwargs)
-        except RedisDown:
-            raise
         except UNREACHABLE:
             self.trip()
             raise

@@ -65,22 +65,28 @@ def _empty(model: Path) -> Path:
     return empty
 
 
+def _edit_json(name: str, model: Path, **changes: object) -> None:
+    path = model / name
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+
 def _edit_config(**changes: object) -> Callable[[Path], None]:
     def change(model: Path) -> None:
-        config = json.loads((model / "config.json").read_text())
-        config.update(changes)
-        (model / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        _edit_json("config.json", model, **changes)
 
     return change
 
 
 def _tokenizer_needs_remote_code(model: Path) -> None:
     """A tokenizer class that ships beside the model (auto_map), as ChatGLM's and InternLM's do."""
-    path = model / "tokenizer_config.json"
-    config = json.loads(path.read_text())
-    config["tokenizer_class"] = "TinyFooTokenizer"
-    config["auto_map"] = {"AutoTokenizer": ["tokenization_tinyfoo.TinyFooTokenizer", None]}
-    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    _edit_json(
+        "tokenizer_config.json",
+        model,
+        tokenizer_class="TinyFooTokenizer",
+        auto_map={"AutoTokenizer": ["tokenization_tinyfoo.TinyFooTokenizer", None]},
+    )
     (model / "tokenization_tinyfoo.py").write_text(
         "from transformers import PreTrainedTokenizerFast\n\n\n"
         "class TinyFooTokenizer(PreTrainedTokenizerFast):\n    pass\n",
