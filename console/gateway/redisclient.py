@@ -23,6 +23,7 @@ from redis.asyncio.client import Pipeline
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 DOWN_S = 1.0  # after Redis failed a call, this process goes on without it this long
@@ -70,10 +71,40 @@ breaker = Breaker()
 
 
 class BreakerPipeline(Pipeline):
-    """A pipeline whose round trip goes through the breaker (queuing a command does not)."""
+    """A pipeline whose round trip goes through the breaker (queuing a command does not), and
+    whose scripts cost no round trip of their own.
+
+    redis-py asks Redis `SCRIPT EXISTS` before every pipeline that holds a script: a round
+    trip of its own each time, one in three of a gateway request's (the count after the
+    answer ends its lease with a script). Here a pipeline without MULTI sends its EVALSHAs as
+    they are; only when Redis answers NOSCRIPT (it restarted, or its scripts were flushed) are
+    the scripts loaded and those commands run again, alone — the pipeline's other commands
+    ran once, as they must (a count is not counted twice)."""
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
-        return await breaker.call(super().execute, raise_on_error)
+        if self.is_transaction or self.explicit_transaction or not self.scripts:
+            return await breaker.call(super().execute, raise_on_error)
+        stack, scripts = list(self.command_stack), list(self.scripts)
+        self.scripts = set()  # redis-py's execute loads scripts only when it holds some
+        replies = await breaker.call(super().execute, False)
+        lost = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if lost:
+            await self._again(stack, scripts, replies, lost)
+        if raise_on_error:
+            self.raise_first_error(stack, replies)
+        return replies
+
+    async def _again(self, stack, scripts, replies: list[Any], lost: list[int]) -> None:
+        """Load the scripts Redis lost and run the commands it refused for that again."""
+        redis = BreakerRedis(connection_pool=self.connection_pool)
+        for script in scripts:
+            script.sha = await redis.script_load(script.script)
+        for i in lost:
+            args, options = stack[i]
+            try:
+                replies[i] = await redis.execute_command(*args, **options)
+            except ResponseError as exc:
+                replies[i] = exc
 
 
 class BreakerRedis(aioredis.Redis):

@@ -6,11 +6,15 @@ Redis answered trips nothing."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from redis.exceptions import ResponseError
 
+from console import embedded_redis
 from console.gateway import app, redisclient
 from console.gateway.redisclient import RedisDown, breaker, new_redis
 from tests.kit import closed_port, silent_server
@@ -97,3 +101,82 @@ def test_the_gateway_uses_this_client(settings, redis_url):
         return app.redis_client()
 
     assert isinstance(asyncio.run(body()), redisclient.BreakerRedis)
+
+
+@pytest.fixture
+def own_redis():
+    """A Redis of this test's own: its scripts flushed and its statistics reset without
+    touching what other tests run."""
+    tmp = Path(tempfile.mkdtemp(prefix="npc-r-"))  # short path: unix sockets max 107 chars
+    proc = embedded_redis.start(tmp / "redis.sock", tmp)
+    yield f"unix://{tmp / 'redis.sock'}"
+    embedded_redis.stop(proc)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+INCR_BY = "return redis.call('INCRBY', KEYS[1], ARGV[1])"
+
+
+def test_a_pipeline_runs_its_scripts_with_no_round_trip_of_their_own(own_redis):
+    """redis-py asks SCRIPT EXISTS before every pipeline holding a script; this one does not."""
+
+    async def body():
+        r = new_redis(own_redis)
+        script = r.register_script(INCR_BY)
+        await script(keys=["s"], args=[1])
+        await r.config_resetstat()
+        pipe = r.pipeline(transaction=False)
+        await script(keys=["s"], args=[2], client=pipe)
+        pipe.incr("n")
+        replies = await pipe.execute()
+        stats = await r.info("commandstats")
+        await r.aclose()
+        return replies, stats
+
+    replies, stats = asyncio.run(body())
+    assert replies == [3, 1]
+    assert not [name for name in stats if name.startswith("cmdstat_script")]  # EXISTS, LOAD
+    assert stats["cmdstat_evalsha"]["calls"] == 1
+
+
+def test_a_script_redis_lost_is_loaded_and_run_again_alone(own_redis):
+    """After SCRIPT FLUSH (or a restart) the script runs once, the pipeline's other commands
+    once too (a count is not counted twice), and the replies are in order."""
+
+    async def body():
+        r = new_redis(own_redis)
+        script = r.register_script(INCR_BY)
+        await script(keys=["s"], args=[1])
+        await r.script_flush()
+        pipe = r.pipeline(transaction=False)
+        pipe.incr("n")
+        await script(keys=["s"], args=[5], client=pipe)
+        pipe.incr("n")
+        replies = await pipe.execute()
+        values = await r.mget("s", "n")
+        await r.aclose()
+        return replies, values
+
+    replies, values = asyncio.run(body())
+    assert replies == [1, 6, 2]
+    assert values == [b"6", b"2"]
+
+
+def test_a_pipeline_still_raises_what_redis_refused(own_redis):
+    async def body():
+        r = new_redis(own_redis)
+        broken = r.register_script("return redis.call('NO-SUCH-COMMAND')")
+        await r.script_flush()
+        pipe = r.pipeline(transaction=False)
+        pipe.incr("n")
+        await broken(client=pipe)
+        with pytest.raises(ResponseError, match="Command # 2"):
+            await pipe.execute()
+        pipe.incr("n")
+        await broken(client=pipe)
+        replies = await pipe.execute(raise_on_error=False)
+        await r.aclose()
+        return replies
+
+    replies = asyncio.run(body())
+    assert replies[0] == 2 and isinstance(replies[1], ResponseError)
