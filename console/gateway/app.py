@@ -39,7 +39,7 @@ from . import usage
 from .auth import Principal, authenticate
 from .entry import admit_and_pick
 from .limits import Admission, Limiter, Refusal
-from .redisclient import new_redis
+from .redisclient import Turn, new_redis
 from .routing import Lease, Overloaded, Router, Upstream, affinity_key
 
 log = logging.getLogger("console.gateway")
@@ -72,6 +72,7 @@ router = Router()
 limiter = Limiter()
 _clients: dict[int, aiohttp.ClientSession] = {}
 _redis: dict[int, aioredis.Redis] = {}
+_turns: dict[int, Turn] = {}
 
 
 def _loop_key() -> int:
@@ -101,6 +102,15 @@ def redis_client() -> aioredis.Redis:
     if r is None:
         r = _redis[key] = new_redis(settings.REDIS_URL)
     return r
+
+
+def redis_turn() -> Turn:
+    """This loop's shared pipeline: the Redis calls of a turn of the loop in one round trip."""
+    key = _loop_key()
+    t = _turns.get(key)
+    if t is None:
+        t = _turns[key] = Turn(redis_client())
+    return t
 
 
 _pending: set[asyncio.Task] = set()
@@ -161,21 +171,23 @@ async def count(
     limited: bool = False,
 ) -> None:
     """Count a request in the usage hash and end it: its admission (slots, tokens per
-    minute) and its lease (in flight on a replica). One pipeline, one round trip."""
+    minute) and its lease (in flight on a replica). Its commands go in the loop's shared
+    pipeline (`redis_turn`): one round trip for every request ended in the same turn."""
     prompt, completion = _tokens(body_usage)
     fields = usage.fields_for(
         principal.token_id, model, ok=ok, prompt=prompt, completion=completion, limited=limited
     )
-    redis = redis_client()
+    turn = redis_turn()
     try:
-        pipe = redis.pipeline(transaction=False)
+        pipe, replies = turn.join()
+        first = len(pipe)
         if lease is not None:
-            await router.done_into(redis, pipe, lease)
+            await router.done_into(turn.redis, pipe, lease)
         if admission is not None:
             limiter.release_into(pipe, admission, prompt + completion)
         for f, n in fields.items():
             pipe.hincrby(usage.KEY, f, n)
-        await pipe.execute()
+        await Turn.replies(replies, range(first, len(pipe)))
     except Exception as exc:  # counting must never break serving
         log.warning("request not counted (usage, limits, in-flight): %s", exc)
 
@@ -254,7 +266,7 @@ async def forward(request: Request) -> Response:
         return error(503, f"no replica of {model!r} is ready", "service_unavailable")
 
     entered = await admit_and_pick(
-        redis_client(),
+        redis_turn(),
         limiter,
         router,
         model,

@@ -11,6 +11,7 @@ then fails the next calls at once for its breaker's DOWN_S instead of each waiti
 from __future__ import annotations
 
 from .limits import ADMIT, Admission, Limiter, Refusal
+from .redisclient import Turn
 from .routing import PICK, Lease, Overloaded, Router, Upstream
 
 # KEYS: the admission's keys, then the pick's. ARGV: the number of admission keys, of
@@ -44,7 +45,7 @@ return {{-1, '', unpack(p)}}
 
 
 async def admit_and_pick(
-    redis,
+    turn: Turn,
     limiter: Limiter,
     router: Router,
     model: str,
@@ -64,9 +65,13 @@ async def admit_and_pick(
         keys = plan.keys if plan else []
         args = plan.args if plan else []
         try:
-            reply = await router.script(redis, ADMIT_AND_PICK)(
-                keys=[*keys, *pick.keys], args=[len(keys), len(args), *args, *pick.args]
+            pipe, replies = turn.join()
+            await router.script(turn.redis, ADMIT_AND_PICK)(
+                keys=[*keys, *pick.keys],
+                args=[len(keys), len(args), *args, *pick.args],
+                client=pipe,  # queued: sent with the turn's other calls
             )
+            (reply,) = await Turn.replies(replies, range(len(pipe) - 1, len(pipe)))
         except Exception as exc:  # serving outranks limiting and sharing
             admission = limiter.unlimited(plan, exc)
             return (admission, *await router.alone(pick, exc))
@@ -82,6 +87,6 @@ async def admit_and_pick(
             return admitted, chosen
         return (admitted, *chosen)
     # the limits changed under us twice: let it in unlimited, as Limiter.admit does
-    chosen = await router.pick(redis, model, upstreams, token_id=token_id, affinity=affinity)
+    chosen = await router.pick(turn.redis, model, upstreams, token_id=token_id, affinity=affinity)
     admitted = Admission(plan.admission.request_id if plan else "", ())
     return (admitted, chosen) if isinstance(chosen, Overloaded) else (admitted, *chosen)

@@ -41,3 +41,21 @@ def test_a_dropped_connection_is_replaced_before_the_next_read(gateway_db_thread
         auth.forget()  # the next request must read the token from the database again
         resp = client.get("/v1/models", headers=headers)
         assert resp.status_code == 200, resp.text
+
+
+def test_reads_keep_their_connection_while_it_answers(gateway_db_thread):
+    """The routing table is read every second: on SQLite too (CONN_MAX_AGE 0) the reads keep
+    one connection instead of opening one each time, and replace it once it is gone."""
+    from console.gateway import db
+
+    def current():
+        connection.ensure_connection()
+        return connection.connection  # the object: an id could be reused once it is freed
+
+    async def reads():
+        return [await db.read(current) for _ in range(3)]
+
+    first, second, third = asyncio.run(reads())
+    assert first is second is third
+    _drop_gateway_connection()
+    assert asyncio.run(db.read(current)) is not first or connection.vendor == "postgresql"

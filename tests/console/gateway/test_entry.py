@@ -12,7 +12,7 @@ from collections import Counter
 from console.gateway import auth, entry, limits, redisclient, routing
 from console.gateway.entry import admit_and_pick
 from console.gateway.limits import Admission, Limiter, Refusal, Table
-from console.gateway.redisclient import new_redis
+from console.gateway.redisclient import Turn, new_redis
 from console.gateway.routing import Overloaded, Router
 from tests.console.gateway.test_limits import row
 from tests.console.gateway.test_shared_routing import run, ups
@@ -38,9 +38,12 @@ def test_limits_are_exact_and_refused_requests_hold_no_replica(redis_url, clean_
     procs = [(limiter({(1, ""): row(rpm=6)}), router_for(upstreams)) for _ in range(2)]
 
     async def body(r):
+        turns = [Turn(r), Turn(r)]  # each process's requests share its round trips
         return await asyncio.gather(
             *(
-                admit_and_pick(r, *procs[i % 2], "m", upstreams, token_id=1, affinity=None)
+                admit_and_pick(
+                    turns[i % 2], *procs[i % 2], "m", upstreams, token_id=1, affinity=None
+                )
                 for i in range(40)
             )
         )
@@ -60,14 +63,20 @@ def test_a_concurrency_slot_and_the_in_flight_count_end_together(redis_url, clea
     lim, router = limiter({(1, ""): row(conc=1)}), router_for(upstreams)
 
     async def body(r):
-        first = await admit_and_pick(r, lim, router, "m", upstreams, token_id=1, affinity=None)
-        second = await admit_and_pick(r, lim, router, "m", upstreams, token_id=1, affinity=None)
+        first = await admit_and_pick(
+            Turn(r), lim, router, "m", upstreams, token_id=1, affinity=None
+        )
+        second = await admit_and_pick(
+            Turn(r), lim, router, "m", upstreams, token_id=1, affinity=None
+        )
         admission, _, lease = first
         pipe = r.pipeline(transaction=False)
         await router.done_into(r, pipe, lease)
         lim.release_into(pipe, admission, tokens=5)
         await pipe.execute()
-        third = await admit_and_pick(r, lim, router, "m", upstreams, token_id=1, affinity=None)
+        third = await admit_and_pick(
+            Turn(r), lim, router, "m", upstreams, token_id=1, affinity=None
+        )
         return second, third
 
     second, third = run(redis_url, body)
@@ -92,8 +101,8 @@ def test_a_changed_limit_binds_the_next_request(redis_url, clean_redis, gateway_
     lim.table = Table(at=time.monotonic() - 5, rows={}, version="stale")  # past EMPTY_TRUST_S
 
     async def body(r):
-        a = await admit_and_pick(r, lim, router, "m", upstreams, token_id=1, affinity=None)
-        b = await admit_and_pick(r, lim, router, "m", upstreams, token_id=1, affinity=None)
+        a = await admit_and_pick(Turn(r), lim, router, "m", upstreams, token_id=1, affinity=None)
+        b = await admit_and_pick(Turn(r), lim, router, "m", upstreams, token_id=1, affinity=None)
         return a, b
 
     a, b = run(redis_url, body)
@@ -106,7 +115,7 @@ def test_overloaded_still_returns_the_admission_to_end(redis_url, clean_redis):
     lim, router = limiter({(1, ""): row(conc=3)}), router_for(upstreams)
 
     async def body(r):
-        return await admit_and_pick(r, lim, router, "m", upstreams, token_id=1, affinity=None)
+        return await admit_and_pick(Turn(r), lim, router, "m", upstreams, token_id=1, affinity=None)
 
     admission, why = run(redis_url, body)
     assert isinstance(why, Overloaded) and why.kind == "shed"
@@ -123,7 +132,9 @@ def test_without_redis_it_serves_unlimited_on_this_process_alone_at_once(caplog)
         dead = new_redis(f"redis://127.0.0.1:{closed_port()}/0")
         try:
             return [
-                await admit_and_pick(dead, lim, router, "m", upstreams, token_id=1, affinity=None)
+                await admit_and_pick(
+                    Turn(dead), lim, router, "m", upstreams, token_id=1, affinity=None
+                )
                 for _ in range(3)
             ]
         finally:
@@ -151,7 +162,7 @@ def test_after_redis_hung_on_a_request_the_next_ones_skip_it_for_a_second():
             for _ in range(n):
                 began = time.monotonic()
                 result = await admit_and_pick(
-                    hung, lim, router, "m", upstreams, token_id=1, affinity=None
+                    Turn(hung), lim, router, "m", upstreams, token_id=1, affinity=None
                 )
                 took.append(time.monotonic() - began)
                 assert not isinstance(result, Refusal) and not result[2].shared

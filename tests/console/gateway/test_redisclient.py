@@ -16,7 +16,7 @@ from redis.exceptions import ResponseError
 
 from console import embedded_redis
 from console.gateway import app, redisclient
-from console.gateway.redisclient import RedisDown, breaker, new_redis
+from console.gateway.redisclient import RedisDown, Turn, breaker, new_redis
 from tests.kit import closed_port, silent_server
 
 
@@ -180,3 +180,109 @@ def test_a_pipeline_still_raises_what_redis_refused(own_redis):
 
     replies = asyncio.run(body())
     assert replies[0] == 2 and isinstance(replies[1], ResponseError)
+
+
+async def _connections(r) -> int:
+    return (await r.info("stats"))["total_connections_received"]
+
+
+def test_calls_made_in_one_turn_of_the_loop_share_one_round_trip(own_redis):
+    """Twenty requests' calls at once: one pipeline on one connection (twenty calls alone
+    open twenty), each caller its own replies, every script run as if sent alone."""
+
+    async def caller(turn, script, n):
+        pipe, replies = turn.join()
+        first = len(pipe)
+        await script(keys=["s"], args=[n], client=pipe)
+        pipe.incr("calls")
+        return await Turn.replies(replies, range(first, len(pipe)))
+
+    async def body():
+        r = new_redis(own_redis)
+        script = r.register_script(INCR_BY)
+        await script(keys=["warm"], args=[1])
+        before = await _connections(r)
+        turn = Turn(r)
+        shared = await asyncio.gather(*(caller(turn, script, n) for n in range(1, 21)))
+        shared_connections = await _connections(r) - before
+        before = await _connections(r)
+        await asyncio.gather(*(script(keys=["alone"], args=[n]) for n in range(1, 21)))
+        alone_connections = await _connections(r) - before
+        await r.aclose()
+        return shared, shared_connections, alone_connections
+
+    shared, shared_connections, alone_connections = asyncio.run(body())
+    assert shared_connections <= 1 < alone_connections
+    running = 0
+    for n, (total, calls) in enumerate(shared, start=1):  # in the order they were queued
+        running += n
+        assert (total, calls) == (running, n)
+
+
+def test_a_refused_command_raises_for_its_caller_alone(own_redis):
+    async def body():
+        r = new_redis(own_redis)
+        await r.set("text", "not a number")
+        turn = Turn(r)
+
+        async def incr(key):
+            pipe, replies = turn.join()
+            pipe.incr(key)
+            return (await Turn.replies(replies, range(len(pipe) - 1, len(pipe))))[0]
+
+        results = await asyncio.gather(incr("n"), incr("text"), incr("n"), return_exceptions=True)
+        await r.aclose()
+        return results
+
+    first, refused, third = asyncio.run(body())
+    assert (first, third) == (1, 2)
+    assert isinstance(refused, ResponseError)
+
+
+def test_a_caller_that_goes_away_does_not_take_the_round_trip_with_it(own_redis):
+    """A request cancelled after queueing its count (its client left): the count still
+    reaches Redis, and the callers beside it get their replies."""
+
+    async def body():
+        r = new_redis(own_redis)
+        turn = Turn(r)
+
+        async def incr(key):
+            pipe, replies = turn.join()
+            pipe.incr(key)
+            return await Turn.replies(replies, range(len(pipe) - 1, len(pipe)))
+
+        leaving = asyncio.create_task(incr("left"))
+        staying = asyncio.create_task(incr("stayed"))
+        await asyncio.sleep(0)  # both queued, the pipeline not yet answered
+        leaving.cancel()
+        stayed = await staying
+        values = await r.mget("left", "stayed")
+        await r.aclose()
+        return leaving.cancelled(), stayed, values
+
+    cancelled, stayed, values = asyncio.run(body())
+    assert cancelled and stayed == [1]
+    assert values == [b"1", b"1"]
+
+
+def test_without_redis_every_caller_of_the_turn_gets_the_failure_at_once():
+    async def body():
+        r = new_redis(f"redis://127.0.0.1:{closed_port()}/0")
+        turn = Turn(r)
+
+        async def incr():
+            pipe, replies = turn.join()
+            pipe.incr("n")
+            return await Turn.replies(replies, range(len(pipe) - 1, len(pipe)))
+
+        began = time.monotonic()
+        results = await asyncio.gather(*(incr() for _ in range(5)), return_exceptions=True)
+        await r.aclose()
+        return results, time.monotonic() - began
+
+    results, took = asyncio.run(body())
+    assert all(
+        isinstance(x, (ConnectionError, OSError, redisclient.RedisConnectionError)) for x in results
+    )
+    assert took < 1.0
