@@ -155,9 +155,10 @@ class Turn:
         self._sending: set[asyncio.Task] = set()
 
     def join(self) -> tuple[Pipeline, asyncio.Future]:
-        """This turn's pipeline, and the future of its replies (pass both to `reply`)."""
-        if self._open is None:
-            loop = asyncio.get_running_loop()
+        """This turn's pipeline, and the future of its replies (for `replies`)."""
+        loop = asyncio.get_running_loop()
+        # a pipeline left open by a loop that closed before sending it is dropped, not joined
+        if self._open is None or self._open[1].get_loop() is not loop:
             self._open = (self.redis.pipeline(transaction=False), loop.create_future())
             task = loop.create_task(self._send())
             self._sending.add(task)

@@ -286,3 +286,34 @@ def test_without_redis_every_caller_of_the_turn_gets_the_failure_at_once():
         isinstance(x, (ConnectionError, OSError, redisclient.RedisConnectionError)) for x in results
     )
     assert took < 1.0
+
+
+def test_a_pipeline_left_open_by_a_closed_loop_is_not_joined(own_redis):
+    """A loop that stopped before its turn's pipeline was sent (a server shutting down):
+    the next loop's callers get a pipeline of their own, not one nobody will send."""
+    turn = Turn(new_redis(own_redis))
+    old = asyncio.new_event_loop()
+
+    def join_then_stop():
+        turn.join()  # its sending task would run on the loop's next turn, which never comes
+        old.stop()
+
+    old.call_soon(join_then_stop)
+    old.run_forever()
+
+    async def use():
+        turn.redis = new_redis(own_redis)
+        pipe, replies = turn.join()
+        pipe.incr("n")
+        try:
+            return await asyncio.wait_for(Turn.replies(replies, range(len(pipe) - 1, len(pipe))), 5)
+        finally:
+            await turn.redis.aclose()
+
+    try:
+        assert asyncio.run(use()) == [1]
+    finally:
+        for task in asyncio.all_tasks(old):
+            task.cancel()
+        old.run_until_complete(asyncio.sleep(0))
+        old.close()
