@@ -66,12 +66,13 @@ async def admit_and_pick(
         args = plan.args if plan else []
         try:
             pipe, replies = turn.join()
+            index = len(pipe)
             await router.script(turn.redis, ADMIT_AND_PICK)(
                 keys=[*keys, *pick.keys],
                 args=[len(keys), len(args), *args, *pick.args],
                 client=pipe,  # queued: sent with the turn's other calls
             )
-            (reply,) = await Turn.replies(replies, range(len(pipe) - 1, len(pipe)))
+            (reply,) = await Turn.replies(replies, range(index, index + 1))
         except Exception as exc:  # serving outranks limiting and sharing
             admission = limiter.unlimited(plan, exc)
             return (admission, *await router.alone(pick, exc))

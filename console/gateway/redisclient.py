@@ -147,6 +147,9 @@ class Turn:
     awaits `replies()`; the pipeline is sent by a task of its own on the loop's next turn, with
     every command queued until then. Each command still runs alone and in order in Redis (a
     script atomically, as if sent by itself); an error Redis answered is its caller's alone.
+    A caller queues without suspending between `join()` and its last command (redis-py's
+    pipeline queues at once, a script call on it too), so its commands sit together in the
+    pipeline it joined.
     One instance per event loop (a pipeline's connection pool belongs to one loop)."""
 
     def __init__(self, redis: BreakerRedis) -> None:
