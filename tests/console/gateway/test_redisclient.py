@@ -186,6 +186,15 @@ async def _connections(r) -> int:
     return (await r.info("stats"))["total_connections_received"]
 
 
+async def incr(turn: Turn, key: str) -> int:
+    """One caller of `turn`: INCR `key` in its pipeline; the reply (raised when refused)."""
+    pipe, replies = turn.join()
+    index = len(pipe)
+    pipe.incr(key)
+    (reply,) = await Turn.replies(replies, range(index, index + 1))
+    return reply
+
+
 def test_calls_made_in_one_turn_of_the_loop_share_one_round_trip(own_redis):
     """Twenty requests' calls at once: one pipeline on one connection (twenty calls alone
     open twenty), each caller its own replies, every script run as if sent alone."""
@@ -224,13 +233,9 @@ def test_a_refused_command_raises_for_its_caller_alone(own_redis):
         r = new_redis(own_redis)
         await r.set("text", "not a number")
         turn = Turn(r)
-
-        async def incr(key):
-            pipe, replies = turn.join()
-            pipe.incr(key)
-            return (await Turn.replies(replies, range(len(pipe) - 1, len(pipe))))[0]
-
-        results = await asyncio.gather(incr("n"), incr("text"), incr("n"), return_exceptions=True)
+        results = await asyncio.gather(
+            incr(turn, "n"), incr(turn, "text"), incr(turn, "n"), return_exceptions=True
+        )
         await r.aclose()
         return results
 
@@ -246,14 +251,8 @@ def test_a_caller_that_goes_away_does_not_take_the_round_trip_with_it(own_redis)
     async def body():
         r = new_redis(own_redis)
         turn = Turn(r)
-
-        async def incr(key):
-            pipe, replies = turn.join()
-            pipe.incr(key)
-            return await Turn.replies(replies, range(len(pipe) - 1, len(pipe)))
-
-        leaving = asyncio.create_task(incr("left"))
-        staying = asyncio.create_task(incr("stayed"))
+        leaving = asyncio.create_task(incr(turn, "left"))
+        staying = asyncio.create_task(incr(turn, "stayed"))
         await asyncio.sleep(0)  # both queued, the pipeline not yet answered
         leaving.cancel()
         stayed = await staying
@@ -262,7 +261,7 @@ def test_a_caller_that_goes_away_does_not_take_the_round_trip_with_it(own_redis)
         return leaving.cancelled(), stayed, values
 
     cancelled, stayed, values = asyncio.run(body())
-    assert cancelled and stayed == [1]
+    assert cancelled and stayed == 1
     assert values == [b"1", b"1"]
 
 
@@ -270,14 +269,8 @@ def test_without_redis_every_caller_of_the_turn_gets_the_failure_at_once():
     async def body():
         r = new_redis(f"redis://127.0.0.1:{closed_port()}/0")
         turn = Turn(r)
-
-        async def incr():
-            pipe, replies = turn.join()
-            pipe.incr("n")
-            return await Turn.replies(replies, range(len(pipe) - 1, len(pipe)))
-
         began = time.monotonic()
-        results = await asyncio.gather(*(incr() for _ in range(5)), return_exceptions=True)
+        results = await asyncio.gather(*(incr(turn, "n") for _ in range(5)), return_exceptions=True)
         await r.aclose()
         return results, time.monotonic() - began
 
@@ -303,15 +296,13 @@ def test_a_pipeline_left_open_by_a_closed_loop_is_not_joined(own_redis):
 
     async def use():
         turn.redis = new_redis(own_redis)
-        pipe, replies = turn.join()
-        pipe.incr("n")
         try:
-            return await asyncio.wait_for(Turn.replies(replies, range(len(pipe) - 1, len(pipe))), 5)
+            return await asyncio.wait_for(incr(turn, "n"), 5)
         finally:
             await turn.redis.aclose()
 
     try:
-        assert asyncio.run(use()) == [1]
+        assert asyncio.run(use()) == 1
     finally:
         for task in asyncio.all_tasks(old):
             task.cancel()
