@@ -6,7 +6,8 @@ URL rule (422 naming `url`): http or https, a host, at most 2000 characters, no 
 never a link-local/unspecified/multicast literal address (169.254.169.254, the cloud metadata
 service, fe80::…) nor a metadata host name. Loopback and private addresses are accepted:
 receivers often live on the operators' own network. A name resolving to a refused address
-is caught again at each delivery (webhooks.check_destination).
+is caught again at each delivery, which connects to the addresses checked
+(webhooks.check_destination; no second lookup, so no DNS rebinding).
 """
 
 from __future__ import annotations

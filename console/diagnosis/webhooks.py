@@ -16,7 +16,9 @@ Guarantees:
 - An endpoint's URL and secret are never logged, raised or stored in an error text: failures
   name the endpoint and the HTTP status or the kind of network error only.
 - Redirects are not followed, and a host that resolves to a link-local address (cloud metadata,
-  169.254.169.254) is never contacted.
+  169.254.169.254) is never contacted: the name is resolved once per delivery and the
+  connection goes to the addresses checked (no second lookup, no proxy), so a DNS answer that
+  changes in between (rebinding) cannot move it.
 """
 
 from __future__ import annotations
@@ -246,18 +248,71 @@ def refused_address(address: str) -> bool:
     return ip.is_link_local or ip.is_unspecified or ip.is_multicast
 
 
-def check_destination(url: str) -> None:
-    """Raise Refused when the URL's host is, or resolves to, a refused address. Loopback and
-    private networks are allowed (receivers on the operators' own network)."""
-    host = urlsplit(url).hostname or ""
+def check_destination(url: str) -> list[str]:
+    """The addresses the URL's host resolves to, once: the POST connects to these and looks
+    the name up no more (a DNS answer changing between the check and the connection — DNS
+    rebinding — cannot move it). Raises Refused when the host is, or resolves to, a refused
+    address. Loopback and private networks are allowed (receivers on the operators' own
+    network). An empty list: the name did not resolve (the POST fails, retryable)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
     if refused_address(host):
         raise Refused("link-local or unspecified address")
     try:
-        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except OSError:
-        return  # unresolvable: the POST fails with "name not resolved", retryable
-    if any(refused_address(info[4][0]) for info in infos):
+        infos = socket.getaddrinfo(host, parts.port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError):
+        return []
+    addresses = list(dict.fromkeys(info[4][0] for info in infos))
+    if any(refused_address(address) for address in addresses):
         raise Refused("resolves to a link-local address")
+    return addresses
+
+
+def _connect_to(addresses: list[str]):
+    """socket.create_connection for http.client, to the checked addresses in turn (the
+    host name stays the connection's: Host header, TLS server name and certificate check)."""
+
+    def create_connection(address, timeout, source_address=None):
+        if not addresses:
+            raise socket.gaierror(socket.EAI_NONAME, "name not resolved")
+        error: OSError | None = None
+        for ip in addresses:
+            try:
+                return socket.create_connection((ip, address[1]), timeout, source_address)
+            except OSError as exc:
+                error = exc
+        raise error
+
+    return create_connection
+
+
+def _pinned(connection_class, addresses: list[str]):
+    def factory(host, **kwargs):
+        connection = connection_class(host, **kwargs)
+        connection._create_connection = _connect_to(addresses)
+        return connection
+
+    return factory
+
+
+class _PinnedHTTP(urllib.request.HTTPHandler):
+    def __init__(self, addresses: list[str]) -> None:
+        super().__init__()
+        self.addresses = addresses
+
+    def http_open(self, req):
+        return self.do_open(_pinned(http.client.HTTPConnection, self.addresses), req)
+
+
+class _PinnedHTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, addresses: list[str]) -> None:
+        super().__init__()
+        self.addresses = addresses
+
+    def https_open(self, req):
+        return self.do_open(
+            _pinned(http.client.HTTPSConnection, self.addresses), req, context=self._context
+        )
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -291,7 +346,7 @@ def post(tgt: Target, body: bytes, *, timeout: float | None = None) -> int:
     4xx answer; raises RetryableError on 5xx and network errors, Refused on a refused host."""
     if urlsplit(tgt.url).scheme not in {"http", "https"}:
         raise Refused("not an http(s) URL")
-    check_destination(tgt.url)
+    addresses = check_destination(tgt.url)
     stamp = int(time.time())
     headers = {
         "Content-Type": "application/json",
@@ -301,7 +356,13 @@ def post(tgt: Target, body: bytes, *, timeout: float | None = None) -> int:
     if tgt.secret:
         headers[SIGNATURE_HEADER] = signature_header(body, tgt.secret, stamp)
     request = urllib.request.Request(tgt.url, data=body, headers=headers, method="POST")  # noqa: S310 - scheme checked above
-    opener = urllib.request.build_opener(_NoRedirect)
+    # no proxy: a proxy would resolve the name again, out of our sight
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}),
+        _PinnedHTTP(addresses),
+        _PinnedHTTPS(addresses),
+        _NoRedirect,
+    )
     try:
         with opener.open(request, timeout=timeout or TIMEOUT_S) as response:
             return response.status

@@ -439,6 +439,31 @@ def test_a_name_resolving_to_a_link_local_address_is_never_contacted(monkeypatch
 
 
 @pytest.mark.django_db
+def test_a_dns_answer_changing_after_the_check_does_not_move_the_delivery(monkeypatch):
+    # DNS rebinding: the first answer passes the check, every later one names another
+    # service (a second local server standing in for an internal one: a lookup made when
+    # connecting would dial its port, which the answer carries)
+    real = socket.getaddrinfo
+    with Receiver() as checked, Receiver() as internal:
+        lookups = []
+
+        def rebinding(host, port, *args, **kwargs):
+            if host != "hooks.rebind.example":
+                return real(host, port, *args, **kwargs)
+            lookups.append(host)
+            answer = checked.port if len(lookups) == 1 else internal.port
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", answer))]
+
+        monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+        url = f"http://hooks.rebind.example:{checked.port}/hooks/{TOKEN}"
+        tgt = webhooks.Target(key="1", name="rebound", url=url, secret="")
+        assert webhooks.post(tgt, b"{}") == 200
+    assert len(lookups) == 1
+    assert len(checked.received) == 1 and internal.received == []
+    assert checked.received[0].headers["host"] == f"hooks.rebind.example:{checked.port}"
+
+
+@pytest.mark.django_db
 def test_api_create_list_patch_delete_masks_url_and_secret(
     admin_client_, viewer_client, no_env_webhook
 ):
