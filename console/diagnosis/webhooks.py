@@ -258,7 +258,7 @@ def check_destination(url: str) -> list[str]:
     host = parts.hostname or ""
     if refused_address(host):
         raise Refused("link-local or unspecified address")
-    try:
+    try:  # a bad port (ValueError), a name IDNA refuses (UnicodeError): not resolved
         infos = socket.getaddrinfo(host, parts.port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError, ValueError):
         return []
