@@ -104,6 +104,32 @@ _CUSTOM_MODEL = _edit_config(
 )
 
 
+def _break_tokenizer_json(model: Path) -> None:
+    tokenizer = model / "tokenizer.json"
+    text = tokenizer.read_text()
+    tokenizer.write_text(text[: len(text) // 3], encoding="utf-8")
+
+
+def _shard_missing(model: Path) -> None:
+    """Weights split in two shards by an index, the second shard never copied (the tensor
+    names come from the safetensors header: 8 bytes of length, then JSON)."""
+    weights = model / "model.safetensors"
+    with weights.open("rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        names = sorted(k for k in json.loads(f.read(size)) if k != "__metadata__")
+    first, second = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+    weights.rename(model / first)
+    weight_map = {name: first for name in names}
+    weight_map[names[-1]] = second
+    (model / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2), encoding="utf-8"
+    )
+
+
+def _typo(model: Path) -> Path:
+    return model.parent / "tiny-lama"
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -457,6 +483,55 @@ CASES = [
         "remote-code-required",
         "a tokenizer class shipped beside the model, started without --trust-remote-code",
         change=_tokenizer_needs_remote_code,
+    ),
+    # the sixth set, written and labelled before any was run (2026-12-05, seventh session)
+    Case(
+        "tokenizer-json-corrupt",
+        "model-not-found",
+        "tokenizer.json cut to a third by a failed copy",
+        change=_break_tokenizer_json,
+    ),
+    Case(
+        "weights-shard-missing",
+        "model-not-found",
+        "a sharded checkpoint whose index names a second shard that was never copied",
+        change=_shard_missing,
+    ),
+    Case(
+        "model-path-typo",
+        "model-not-found",
+        "the model directory's name mistyped (tiny-lama for tiny-llama)",
+        change=_typo,
+    ),
+    Case(
+        "max-model-len-zero",
+        "config-invalid",
+        "--max-model-len 0",
+        options={"max_model_len": 0},
+    ),
+    Case(
+        "kv-transfer-config-bad-json",
+        "config-invalid",
+        "--kv-transfer-config with its JSON cut short",
+        extra=("--kv-transfer-config", '{"kv_connector": "SharedStorageConnector", "kv_role"'),
+    ),
+    Case(
+        "generation-config-path-wrong",
+        "model-not-found",
+        "--generation-config naming a directory that is not there",
+        extra=("--generation-config", "/models/no-such-generation-config"),
+    ),
+    Case(
+        "kv-cache-bytes-beyond-ram",
+        "host-oom",
+        "--kv-cache-memory-bytes 512G on a machine with far less memory",
+        options={"kv_cache_bytes": "512G"},
+    ),
+    Case(
+        "gpu-blocks-override-one",
+        "kv-cache-insufficient",
+        "--num-gpu-blocks-override 1: one KV block for 256 positions",
+        extra=("--num-gpu-blocks-override", "1"),
     ),
 ]
 
