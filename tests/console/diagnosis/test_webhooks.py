@@ -464,6 +464,27 @@ def test_a_dns_answer_changing_after_the_check_does_not_move_the_delivery(monkey
 
 
 @pytest.mark.django_db
+def test_a_name_with_several_addresses_is_tried_on_each_it_was_checked_with(monkeypatch):
+    # the first address refuses (nothing listens on 127.0.0.2), the second takes it
+    real = socket.getaddrinfo
+
+    def two(host, port, *args, **kwargs):
+        if host != "hooks.two.example":
+            return real(host, port, *args, **kwargs)
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", port)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", two)
+    with Receiver() as receiver:
+        url = f"http://hooks.two.example:{receiver.port}/hooks/{TOKEN}"
+        tgt = webhooks.Target(key="1", name="two", url=url, secret="")
+        assert webhooks.post(tgt, b"{}") == 200
+    assert len(receiver.received) == 1
+
+
+@pytest.mark.django_db
 def test_api_create_list_patch_delete_masks_url_and_secret(
     admin_client_, viewer_client, no_env_webhook
 ):
