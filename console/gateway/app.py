@@ -71,8 +71,7 @@ USAGE_CHUNK_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
 router = Router()
 limiter = Limiter()
 _clients: dict[int, aiohttp.ClientSession] = {}
-_redis: dict[int, aioredis.Redis] = {}
-_turns: dict[int, Turn] = {}
+_turns: dict[int, Turn] = {}  # per loop; each holds the loop's Redis client
 
 
 def _loop_key() -> int:
@@ -94,23 +93,20 @@ def client() -> aiohttp.ClientSession:
     return c
 
 
-def redis_client() -> aioredis.Redis:
+def redis_turn() -> Turn:
+    """This loop's shared pipeline: the Redis calls of a turn of the loop in one round trip."""
     from django.conf import settings
 
     key = _loop_key()
-    r = _redis.get(key)
-    if r is None:
-        r = _redis[key] = new_redis(settings.REDIS_URL)
-    return r
-
-
-def redis_turn() -> Turn:
-    """This loop's shared pipeline: the Redis calls of a turn of the loop in one round trip."""
-    key = _loop_key()
     t = _turns.get(key)
     if t is None:
-        t = _turns[key] = Turn(redis_client())
+        t = _turns[key] = Turn(new_redis(settings.REDIS_URL))
     return t
+
+
+def redis_client() -> aioredis.Redis:
+    """This loop's Redis client (the one its shared pipeline uses)."""
+    return redis_turn().redis
 
 
 _pending: set[asyncio.Task] = set()
